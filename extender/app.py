@@ -1,0 +1,47 @@
+"""Wiring: Settings -> ledger, prices, inventory, binder, policy -> service -> ASGI app."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fastapi import FastAPI
+
+from extender.auth import TokenFile
+from extender.binder import Binder, InProcessBinder
+from extender.clock import Clock, SystemClock
+from extender.inventory import Inventory
+from extender.ledger import open_ledger
+from extender.pricing import load_pricebook
+from extender.scoring import Limits, Weights, policy_by_name
+from extender.server import create_app
+from extender.service import SchedulingService, ServiceConfig
+from extender.settings import Settings
+
+
+@dataclass
+class Built:
+    service: SchedulingService
+    app: FastAPI
+
+
+def build(settings: Settings, clock: Clock | None = None, binder: Binder | None = None) -> Built:
+    clock = clock or SystemClock()
+    ledger = open_ledger(settings.db, clock)
+    inventory = Inventory(load_pricebook(settings.price_file, settings.spot_discount))
+    config = ServiceConfig(
+        stale_after=settings.stale_after,
+        limits=Limits(margin_mib=settings.margin_mib, idle_mib=settings.idle_mib),
+        weights=Weights(policy=settings.policy_weight, cost=settings.cost_weight),
+    )
+    service = SchedulingService(
+        inventory, ledger, binder or InProcessBinder(), policy_by_name(settings.policy), clock, config
+    )
+    service.rebuild()
+    token = TokenFile(settings.agent_token_file) if settings.agent_token_file else None
+    app = create_app(
+        service,
+        max_body_bytes=settings.max_body_bytes,
+        agent_token=token,
+        allow_unauthenticated_reports=settings.allow_unauthenticated_reports,
+    )
+    return Built(service, app)

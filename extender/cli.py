@@ -1,0 +1,113 @@
+"""``headroom`` command line: serve, simulate, agent, ledger, claim."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from extender import __version__
+from extender.scoring import POLICIES
+
+
+def _serve_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("serve", help="run the scheduler extender (standalone by default)")
+    p.add_argument("--host", help="listen address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="listen port (default 8888)")
+    p.add_argument("--db", help="ledger: SQLite path or postgresql:// DSN (default headroom.db)")
+    p.add_argument("--policy", choices=sorted(POLICIES), help="placement policy (default fgd)")
+    p.add_argument("--cost-weight", type=float, help="weight of the cost term (default 1)")
+    p.add_argument("--stale-after", type=float, help="seconds before a report is stale (30)")
+    p.add_argument("--price-file", help="JSON/YAML price overrides (instance types, spot)")
+    p.add_argument("--agent-token-file", help="file holding the agents' bearer token")
+    p.add_argument("--allow-unauthenticated-reports", action="store_true", default=None,
+                   help="accept agent reports without a token (development only)")
+    p.add_argument("--kubeconfig", help="bind through this cluster's API (default: in-process)")
+    p.add_argument("--log-level", help="debug, info, warning, error")
+    p.set_defaults(func=_serve)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from extender.app import build
+    from extender.logs import setup_logging
+    from extender.settings import Settings
+
+    overrides = {k: v for k, v in vars(args).items() if v is not None and k not in ("func", "cmd")}
+    settings = Settings(**overrides)
+    setup_logging(settings.log_level)
+    built = build(settings, binder=_binder(settings))
+    uvicorn.run(built.app, host=settings.host, port=settings.port, log_level=settings.log_level,
+                access_log=False)
+    return 0
+
+
+def _binder(settings: object) -> object | None:
+    """The Kubernetes binder when a cluster is configured; None means in-process."""
+    kubeconfig = getattr(settings, "kubeconfig", None)
+    if not kubeconfig and not getattr(settings, "in_cluster", False):
+        return None
+    from extender.kube.binder import KubeBinder
+
+    return KubeBinder.from_config(kubeconfig)
+
+
+def _simulate_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("simulate", help="place a synthetic GPU workload on a simulated "
+                       "Karpenter cluster through a real extender over HTTP")
+    p.add_argument("--nodes", type=int, default=40)
+    p.add_argument("--pods", type=int, default=600)
+    p.add_argument("--policy", default="binpack,spread,fgd",
+                   help="policy or comma-separated policies to compare")
+    p.add_argument("--cost-weight", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--db", help="keep the run's ledger here (default: a temporary file)")
+    p.add_argument("--plot", help="write a PNG comparing the policies")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.set_defaults(func=_simulate)
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from extender.simulate.run import main as simulate_main
+
+    return simulate_main(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="headroom", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"headroom {__version__}")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    _serve_parser(sub)
+    _simulate_parser(sub)
+    for register in _optional_commands():
+        register(sub)
+    return parser
+
+
+def _optional_commands() -> list:  # type: ignore[type-arg]
+    from drivers.cli import add_agent_command
+    from extender.ledger_cli import add_ledger_command
+
+    commands = [add_agent_command, add_ledger_command]
+    try:
+        from extender.dra.cli import add_claim_command
+
+        commands.append(add_claim_command)
+    except ImportError:
+        pass
+    return commands
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, OSError) as e:
+        print(f"headroom {args.cmd}: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

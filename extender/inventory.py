@@ -1,0 +1,225 @@
+"""What the extender knows about each node: measured GPUs, node facts, reservations.
+
+Reports replace a node's measurements; grants reserve memory per GPU until released,
+so two pods in flight never both take the last slice of one GPU. ``view()`` turns the
+state into the plain ``NodeView`` scoring works on, rebuilt only when the node changed.
+Thread-safe: reports, binds and releases may come from different threads.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from dataclasses import dataclass
+
+from extender.nodefacts import NodeFacts, facts_from_labels
+from extender.pricing import NodePrice, PriceBook
+from extender.reports import GpuReport, NodeReport, PodGrant
+from extender.scoring.model import GpuView, NodeView
+
+
+@dataclass(frozen=True, slots=True)
+class MeasuredGpu:
+    uuid: str
+    index: int
+    model: str
+    total_mib: int
+    used_mib: int
+    mig_profile: str = ""
+    parent_uuid: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    pod_uid: str
+    namespace: str
+    name: str
+    node: str
+    gpu_uuid: str
+    memory_mib: int  # reserved on that GPU (a whole GPU reserves its total)
+
+
+@dataclass(slots=True)
+class _Node:
+    facts: NodeFacts
+    facts_from_report: bool = True
+    gpus: tuple[MeasuredGpu, ...] = ()
+    received_at: float | None = None
+    version: int = 0
+    view: NodeView | None = None
+    price: NodePrice | None = None
+
+
+def measured_gpus(report: NodeReport) -> tuple[MeasuredGpu, ...]:
+    """Schedulable units of a report: healthy plain GPUs, and MIG instances of MIG GPUs."""
+    out: list[MeasuredGpu] = []
+    for g in report.gpus:
+        if not g.healthy:
+            continue
+        if g.mig_enabled:
+            out.extend(_mig_units(g))
+        else:
+            out.append(MeasuredGpu(g.uuid, g.index, g.model, g.memory_total_mib, g.memory_used_mib))
+    return tuple(out)
+
+
+def _mig_units(g: GpuReport) -> list[MeasuredGpu]:
+    return [
+        MeasuredGpu(m.uuid, g.index, g.model, m.memory_total_mib, m.memory_used_mib, m.profile, g.uuid)
+        for m in g.mig
+    ]
+
+
+class Inventory:
+    def __init__(self, pricebook: PriceBook) -> None:
+        self._pricebook = pricebook
+        self._nodes: dict[str, _Node] = {}
+        self._grants: dict[str, list[Grant]] = {}  # pod uid -> its grants
+        self._reserved: dict[str, int] = defaultdict(int)  # gpu uuid -> MiB reserved
+        self._lock = threading.RLock()
+        self._seq = 0
+
+    # --- inputs ----------------------------------------------------------------------
+
+    def update_facts(self, facts: NodeFacts) -> None:
+        """Facts from Kubernetes (scheduler-sent Nodes or the watch) win over report labels."""
+        with self._lock:
+            node = self._nodes.get(facts.name)
+            if node is None:
+                self._nodes[facts.name] = _Node(facts, facts_from_report=False)
+                self._touch(facts.name)
+            elif node.facts != facts or node.facts_from_report:
+                node.facts, node.facts_from_report = facts, False
+                self._touch(facts.name)
+
+    def apply_report(self, report: NodeReport, received_at: float) -> None:
+        gpus = measured_gpus(report)
+        with self._lock:
+            node = self._nodes.get(report.node)
+            if node is None:
+                node = self._nodes[report.node] = _Node(facts_from_labels(report.node, report.labels))
+            elif node.facts_from_report and report.labels:
+                node.facts = facts_from_labels(report.node, report.labels)
+            changed = gpus != node.gpus or node.received_at is None
+            node.gpus, node.received_at = gpus, received_at
+            if changed:
+                self._touch(report.node)
+
+    def remove_node(self, name: str) -> None:
+        with self._lock:
+            self._nodes.pop(name, None)
+
+    def reserve(self, grants: list[Grant]) -> None:
+        if not grants:
+            return
+        with self._lock:
+            uid = grants[0].pod_uid
+            self._release_locked(uid)
+            self._grants[uid] = list(grants)
+            for g in grants:
+                self._reserved[g.gpu_uuid] += g.memory_mib
+            self._touch_nodes({g.node for g in grants})
+
+    def release(self, pod_uid: str) -> list[Grant]:
+        with self._lock:
+            return self._release_locked(pod_uid)
+
+    def _release_locked(self, pod_uid: str) -> list[Grant]:
+        grants = self._grants.pop(pod_uid, [])
+        for g in grants:
+            left = self._reserved[g.gpu_uuid] - g.memory_mib
+            if left > 0:
+                self._reserved[g.gpu_uuid] = left
+            else:
+                self._reserved.pop(g.gpu_uuid, None)
+        self._touch_nodes({g.node for g in grants})
+        return grants
+
+    # --- reads -----------------------------------------------------------------------
+
+    @property
+    def lock(self) -> threading.RLock:
+        """Held by bind around "evaluate the node, then reserve" so no two binds race."""
+        return self._lock
+
+    def facts(self, name: str) -> NodeFacts | None:
+        node = self._nodes.get(name)
+        return node.facts if node else None
+
+    def received_at(self, name: str) -> float | None:
+        node = self._nodes.get(name)
+        return node.received_at if node else None
+
+    def node_names(self) -> list[str]:
+        return list(self._nodes)
+
+    def grants_of(self, pod_uid: str) -> list[Grant]:
+        return list(self._grants.get(pod_uid, ()))
+
+    def grants_on(self, node_name: str) -> list[PodGrant]:
+        with self._lock:
+            by_pod = [gs for gs in self._grants.values() if gs and gs[0].node == node_name]
+        return [
+            PodGrant(gs[0].pod_uid, gs[0].namespace, gs[0].name, [g.gpu_uuid for g in gs],
+                     gs[0].memory_mib)
+            for gs in by_pod
+        ]
+
+    def price(self, name: str) -> NodePrice | None:
+        self.view(name)
+        node = self._nodes.get(name)
+        return node.price if node else None
+
+    def view(self, name: str) -> NodeView | None:
+        """The node as scoring sees it, or None if no agent has reported for it."""
+        node = self._nodes.get(name)
+        if node is None or node.received_at is None:
+            return None
+        cached = node.view
+        if cached is not None and cached.version == node.version:
+            return cached
+        with self._lock:
+            return self._build_view(name, node)
+
+    def _build_view(self, name: str, node: _Node) -> NodeView:
+        gpus = tuple(
+            GpuView(
+                uuid=g.uuid,
+                index=g.index,
+                model=g.model,
+                total_mib=g.total_mib,
+                committed_mib=max(g.used_mib, self._reserved.get(g.uuid, 0)),
+                reserved_mib=self._reserved.get(g.uuid, 0),
+                mig_profile=g.mig_profile,
+            )
+            for g in node.gpus
+        )
+        plain = [g for g in node.gpus if not g.mig_profile]
+        price = self._pricebook.node_price(
+            node.facts.instance_type,
+            node.facts.capacity_type,
+            gpus=len({g.parent_uuid or g.uuid for g in node.gpus}),
+            gpu_memory_mib=plain[0].total_mib if plain else 0,
+        )
+        node.price = price
+        node.view = NodeView(
+            name=name,
+            gpus=gpus,
+            capacity_type=node.facts.capacity_type,
+            instance_type=node.facts.instance_type,
+            price_per_gib_hour=price.per_gib_hour_float if price else None,
+            version=node.version,
+        )
+        return node.view
+
+    # --- internals -------------------------------------------------------------------
+
+    def _touch(self, name: str) -> None:
+        self._seq += 1
+        node = self._nodes.get(name)
+        if node is not None:
+            node.version = self._seq
+
+    def _touch_nodes(self, names: set[str]) -> None:
+        for name in names:
+            self._touch(name)

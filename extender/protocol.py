@@ -1,0 +1,163 @@
+"""kube-scheduler HTTP extender wire types (``k8s.io/kube-scheduler/extender/v1``).
+
+The Go structs have no json tags, so the keys are the Go field names exactly
+(``Pod``, ``NodeNames``, ``FailedNodes`` ...). Pods and Nodes are decoded only as deep
+as scheduling needs; unknown fields are ignored, so newer schedulers stay compatible.
+In Nodes mode (``nodeCacheCapable: false``) each node is kept as raw JSON so the
+passing set can be echoed back without re-encoding multi-megabyte Node objects.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+# --- partial core/v1 objects -------------------------------------------------------
+
+
+class OwnerReference(msgspec.Struct):
+    kind: str = ""
+    name: str = ""
+    controller: bool | None = None
+
+
+class ObjectMeta(msgspec.Struct):
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+    ownerReferences: list[OwnerReference] | None = None  # noqa: N815 (k8s field name)
+    deletionTimestamp: str | None = None  # noqa: N815
+
+
+class ResourceRequirements(msgspec.Struct):
+    limits: dict[str, str] | None = None
+    requests: dict[str, str] | None = None
+
+
+class EnvVar(msgspec.Struct):
+    name: str = ""
+    value: str | None = None
+
+
+class Container(msgspec.Struct):
+    name: str = ""
+    resources: ResourceRequirements | None = None
+    env: list[EnvVar] | None = None
+
+
+class PodResourceClaim(msgspec.Struct):
+    name: str = ""
+    resourceClaimName: str | None = None  # noqa: N815
+    resourceClaimTemplateName: str | None = None  # noqa: N815
+
+
+class PodSpec(msgspec.Struct):
+    containers: list[Container] = msgspec.field(default_factory=list)
+    initContainers: list[Container] | None = None  # noqa: N815
+    resourceClaims: list[PodResourceClaim] | None = None  # noqa: N815
+    nodeName: str | None = None  # noqa: N815
+
+
+class Pod(msgspec.Struct):
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: PodSpec = msgspec.field(default_factory=PodSpec)
+
+
+class Taint(msgspec.Struct):
+    key: str = ""
+    value: str | None = None
+    effect: str = ""
+
+
+class NodeSpec(msgspec.Struct):
+    taints: list[Taint] | None = None
+    unschedulable: bool | None = None
+
+
+class Node(msgspec.Struct):
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: NodeSpec = msgspec.field(default_factory=NodeSpec)
+
+
+# --- extender messages --------------------------------------------------------------
+
+
+class RawNodeList(msgspec.Struct):
+    items: list[msgspec.Raw] = msgspec.field(default_factory=list)
+
+
+class ExtenderArgs(msgspec.Struct):
+    """Request body of filter and prioritize."""
+
+    Pod: Pod | None = None
+    Nodes: RawNodeList | None = None
+    NodeNames: list[str] | None = None
+
+
+class ExtenderFilterResult(msgspec.Struct):
+    """Filter reply. ``Nodes`` is written by hand (raw echo) in Nodes mode."""
+
+    NodeNames: list[str] | None = None
+    FailedNodes: dict[str, str] = msgspec.field(default_factory=dict)
+    FailedAndUnresolvableNodes: dict[str, str] = msgspec.field(default_factory=dict)
+    Error: str = ""
+
+
+class HostPriority(msgspec.Struct):
+    Host: str
+    Score: int
+
+
+class ExtenderBindingArgs(msgspec.Struct):
+    PodName: str = ""
+    PodNamespace: str = ""
+    PodUID: str = ""
+    Node: str = ""
+
+
+class ExtenderBindingResult(msgspec.Struct):
+    Error: str = ""
+
+
+class MetaPod(msgspec.Struct):
+    UID: str
+
+
+class MetaVictims(msgspec.Struct):
+    Pods: list[MetaPod] = msgspec.field(default_factory=list)
+    NumPDBViolations: int = 0
+
+
+class Victims(msgspec.Struct):
+    Pods: list[Pod] = msgspec.field(default_factory=list)
+    NumPDBViolations: int = 0
+
+
+class ExtenderPreemptionArgs(msgspec.Struct):
+    Pod: Pod | None = None
+    NodeNameToVictims: dict[str, Victims] | None = None
+    NodeNameToMetaVictims: dict[str, MetaVictims] | None = None
+
+
+class ExtenderPreemptionResult(msgspec.Struct):
+    NodeNameToMetaVictims: dict[str, MetaVictims] = msgspec.field(default_factory=dict)
+
+
+MIN_PRIORITY = 0
+MAX_PRIORITY = 10
+
+args_decoder = msgspec.json.Decoder(ExtenderArgs)
+binding_decoder = msgspec.json.Decoder(ExtenderBindingArgs)
+preemption_decoder = msgspec.json.Decoder(ExtenderPreemptionArgs)
+node_decoder = msgspec.json.Decoder(Node)
+encoder = msgspec.json.Encoder()
+
+
+def encode_filter_result(result: ExtenderFilterResult, passing_raw: list[msgspec.Raw] | None) -> bytes:
+    """Encode a filter reply; in Nodes mode splice the passing nodes' raw JSON back in."""
+    body = encoder.encode(result)
+    if passing_raw is None:
+        return body
+    items = b",".join(bytes(r) for r in passing_raw)
+    return b'{"Nodes":{"metadata":{},"items":[' + items + b"]}," + body[1:]

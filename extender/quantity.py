@@ -1,0 +1,47 @@
+"""Kubernetes resource quantities ("20Gi", "1500Mi", "16G", "1") to plain numbers."""
+
+from __future__ import annotations
+
+from decimal import Decimal, InvalidOperation
+
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
+_MILLI = {"m": Decimal("0.001")}
+
+MIB = 2**20
+
+
+def parse_quantity(text: str) -> Decimal:
+    """A quantity string to its value in base units; ValueError names what is wrong."""
+    s = text.strip()
+    if not s:
+        raise ValueError("empty quantity")
+    for table in (_BINARY, _DECIMAL, _MILLI):
+        for suffix, factor in table.items():
+            if s.endswith(suffix):
+                return _number(s[: -len(suffix)], text) * factor
+    return _number(s, text)
+
+
+def _number(s: str, original: str) -> Decimal:
+    try:
+        value = Decimal(s)
+    except InvalidOperation:
+        raise ValueError(f"not a quantity: {original!r}") from None
+    if not value.is_finite() or value < 0:
+        raise ValueError(f"not a non-negative quantity: {original!r}")
+    return value
+
+
+def quantity_to_mib(text: str) -> int:
+    """Bytes quantity to whole MiB, rounded up (a request is never shrunk)."""
+    value = parse_quantity(text)
+    mib = -(-value // MIB)  # ceiling division keeps Decimal exact
+    return int(mib)
+
+
+def quantity_to_int(text: str) -> int:
+    value = parse_quantity(text)
+    if value != value.to_integral_value():
+        raise ValueError(f"not a whole number: {text!r}")
+    return int(value)

@@ -1,0 +1,143 @@
+"""Agent report wire schema, version 1 (``POST /v1/reports``).
+
+The node agent (``headroom agent``) samples NVML and sends one ``NodeReport`` per
+interval; the extender answers with a ``ReportResponse`` carrying the node's current
+grants so the agent can flag processes on GPUs their pod was not given.
+
+Units are MiB (integers) for memory and percent (0..100) for utilisation. Times are
+Unix seconds from the *agent's* clock; the extender never trusts them for staleness
+(it stamps its own receive time), so clock skew cannot make a dead node look fresh.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+SCHEMA_V1 = "headroom.dev/report/v1"
+
+# Bounds that keep one report from exhausting the extender (validated on receipt).
+MAX_GPUS = 64
+MAX_PROCESSES_PER_GPU = 4096
+MAX_MIG_PER_GPU = 16
+MAX_STRING = 256
+MAX_REPORT_BYTES = 4 * 1024 * 1024
+
+
+class ProcessReport(msgspec.Struct, omit_defaults=True):
+    """One compute process on a GPU (or MIG instance), as NVML sees it (host PID)."""
+
+    pid: int
+    used_mib: int | None = None  # NVML usedGpuMemory may be unavailable
+    pod_uid: str | None = None  # None: the PID could not be mapped to a pod
+    container_id: str | None = None
+    sm_util: float | None = None  # per-process SM utilisation, when NVML has samples
+    unmapped_reason: str | None = None  # why pod_uid is None (e.g. "not a kubepods cgroup")
+
+
+class MigReport(msgspec.Struct, omit_defaults=True):
+    """One MIG instance on a MIG-enabled GPU."""
+
+    uuid: str
+    profile: str  # e.g. "1g.10gb"
+    memory_total_mib: int
+    memory_used_mib: int
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+    processes: list[ProcessReport] = msgspec.field(default_factory=list)
+
+
+class GpuReport(msgspec.Struct, omit_defaults=True):
+    """One physical GPU."""
+
+    uuid: str
+    index: int
+    model: str
+    memory_total_mib: int
+    memory_used_mib: int
+    memory_reserved_mib: int | None = None  # NVML v2 memory info: driver/firmware reserve
+    utilization_gpu: float | None = None  # device utilisation %, absent on MIG
+    healthy: bool = True
+    health_reason: str | None = None
+    mig_enabled: bool = False
+    mig: list[MigReport] = msgspec.field(default_factory=list)
+    processes: list[ProcessReport] = msgspec.field(default_factory=list)
+
+
+class NodeReport(msgspec.Struct, omit_defaults=True):
+    """What one node's agent measured at ``sampled_at``."""
+
+    node: str
+    sampled_at: float
+    gpus: list[GpuReport]
+    schema: str = SCHEMA_V1
+    agent_version: str = ""
+    driver: str = ""  # "nvml" | "simulated"
+    driver_version: str | None = None
+    # Node labels as the agent sees them; used only in standalone mode (no cluster)
+    # when the scheduler sends node names and no Node object was ever seen.
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class PodGrant(msgspec.Struct, omit_defaults=True):
+    """What the ledger says one pod on this node was given."""
+
+    pod_uid: str
+    namespace: str
+    name: str
+    gpu_uuids: list[str]
+    memory_mib: int  # per GPU
+
+
+class ReportResponse(msgspec.Struct, omit_defaults=True):
+    accepted: bool
+    node: str
+    received_at: float
+    grants: list[PodGrant] = msgspec.field(default_factory=list)
+    stale_after_s: float | None = None
+
+
+report_decoder = msgspec.json.Decoder(NodeReport)
+
+
+def validate_report(report: NodeReport) -> str:
+    """The first thing wrong with a decoded report (naming the field), or "" if sane."""
+    if report.schema != SCHEMA_V1:
+        return f"schema: unsupported {report.schema!r}, this extender speaks {SCHEMA_V1!r}"
+    if not report.node or len(report.node) > MAX_STRING:
+        return "node: must be a node name of 1..256 characters"
+    if len(report.gpus) > MAX_GPUS:
+        return f"gpus: {len(report.gpus)} GPUs is more than {MAX_GPUS}"
+    seen: set[str] = set()
+    for i, g in enumerate(report.gpus):
+        problem = _gpu_problem(g, seen)
+        if problem:
+            return f"gpus[{i}].{problem}"
+    return ""
+
+
+def _gpu_problem(g: GpuReport, seen: set[str]) -> str:
+    if not g.uuid or len(g.uuid) > MAX_STRING or len(g.model) > MAX_STRING:
+        return "uuid: must be 1..256 characters (model too)"
+    if g.uuid in seen:
+        return f"uuid: duplicate {g.uuid!r}"
+    seen.add(g.uuid)
+    if g.memory_total_mib <= 0 or g.memory_total_mib > 16 * 1024 * 1024:
+        return f"memory_total_mib: {g.memory_total_mib} is not a plausible GPU size"
+    if not 0 <= g.memory_used_mib <= g.memory_total_mib:
+        return f"memory_used_mib: {g.memory_used_mib} not within 0..memory_total_mib"
+    if g.index < 0:
+        return "index: must be >= 0"
+    if len(g.processes) > MAX_PROCESSES_PER_GPU or len(g.mig) > MAX_MIG_PER_GPU:
+        return "processes: too many processes or MIG instances"
+    for j, m in enumerate(g.mig):
+        if m.uuid in seen:
+            return f"mig[{j}].uuid: duplicate {m.uuid!r}"
+        seen.add(m.uuid)
+        if not 0 <= m.memory_used_mib <= m.memory_total_mib <= g.memory_total_mib:
+            return f"mig[{j}].memory_used_mib: not within 0..memory_total_mib <= GPU total"
+        if len(m.processes) > MAX_PROCESSES_PER_GPU:
+            return f"mig[{j}].processes: too many"
+    for j, p in enumerate(g.processes):
+        if p.used_mib is not None and not 0 <= p.used_mib <= g.memory_total_mib:
+            return f"processes[{j}].used_mib: {p.used_mib} not within 0..memory_total_mib"
+    return ""

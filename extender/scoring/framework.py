@@ -1,0 +1,88 @@
+"""The one place that walks nodes and calls a policy (kube-scheduler's Filter + Score).
+
+evaluate(): capacity-type rule -> fitting GPUs -> policy.place -> policy.score (raw)
+priorities(): raw scores min-max normalised over the fitting nodes, blended with the
+cost term, as integers 0..10 (the extender protocol's range; the scheduler multiplies
+by weight x 10 and does not clamp, so we never exceed 10).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from extender.demand import CapacityPref, GpuDemand
+from extender.protocol import MAX_PRIORITY
+from extender.scoring.cost import cost_terms
+from extender.scoring.fit import fitting_gpus, shortfall_reason
+from extender.scoring.model import GpuView, NodeView
+from extender.scoring.policy import Context, Policy
+
+SPOT = "spot"
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluation:
+    fits: bool
+    reason: str = ""
+    unresolvable: bool = False  # preemption on this node cannot help
+    chosen: tuple[GpuView, ...] = ()
+    raw: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Weights:
+    policy: float = 1.0
+    cost: float = 1.0
+
+
+def capacity_reason(node: NodeView, demand: GpuDemand) -> str:
+    """Why the pod's capacity-type rule forbids this node, or "" if it allows it."""
+    is_spot = node.capacity_type == SPOT
+    if demand.capacity is CapacityPref.ON_DEMAND and is_spot:
+        return "pod must not run on spot capacity (capacity-type on-demand / do-not-disrupt)"
+    if demand.capacity is CapacityPref.SPOT and not is_spot:
+        return f"pod asks for spot capacity; node is {node.capacity_type or 'of unknown type'}"
+    return ""
+
+
+def evaluate(node: NodeView, demand: GpuDemand, policy: Policy, ctx: Context) -> Evaluation:
+    rule = capacity_reason(node, demand)
+    if rule:
+        return Evaluation(False, rule, unresolvable=True)
+    fitting = fitting_gpus(node, demand, ctx.limits)
+    if len(fitting) < demand.count:
+        reason = shortfall_reason(node, demand, ctx.limits, len(fitting))
+        return Evaluation(False, reason, unresolvable=_never_fits(node, demand, ctx))
+    chosen = policy.place(node, demand, fitting, ctx)
+    return Evaluation(True, chosen=chosen, raw=policy.score(node, demand, chosen, ctx))
+
+
+def _never_fits(node: NodeView, demand: GpuDemand, ctx: Context) -> bool:
+    """True when even an empty node could not host the pod (so preempting cannot help)."""
+    if demand.mig_profile:
+        kind = [g for g in node.gpus if g.mig_profile == demand.mig_profile]
+        return len(kind) < demand.count
+    plain = [g for g in node.gpus if not g.mig_profile]
+    if demand.memory_mib is None:
+        return len(plain) < demand.count
+    big = [g for g in plain if g.total_mib - ctx.limits.margin_mib >= demand.memory_mib]
+    return len(big) < demand.count
+
+
+def priorities(
+    evals: Mapping[str, Evaluation], prices: Mapping[str, float | None], weights: Weights
+) -> dict[str, int]:
+    """Integer 0..10 per node; nodes that do not fit get 0."""
+    fit = {name: e.raw for name, e in evals.items() if e.fits}
+    scores = dict.fromkeys(evals, 0)
+    if not fit:
+        return scores
+    lo, hi = min(fit.values()), max(fit.values())
+    cost = cost_terms({name: prices.get(name) for name in fit})
+    total_w = weights.policy + weights.cost
+    for name, raw in fit.items():
+        pol = (raw - lo) / (hi - lo) if hi > lo else 1.0
+        blended = (weights.policy * pol + weights.cost * cost[name]) / total_w
+        scores[name] = max(0, min(MAX_PRIORITY, round(MAX_PRIORITY * blended)))
+    return scores

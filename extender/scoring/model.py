@@ -1,0 +1,55 @@
+"""Plain data that scoring and placement work on: snapshots, no I/O, no locks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class GpuView:
+    """One schedulable GPU (or MIG instance) as scoring sees it.
+
+    ``committed_mib`` = max(measured used, reserved by grants): memory nobody new may take.
+    """
+
+    uuid: str
+    index: int
+    model: str
+    total_mib: int
+    committed_mib: int
+    reserved_mib: int = 0  # by active grants (ledger), a part of committed
+    mig_profile: str = ""  # non-empty: a MIG instance, granted whole by profile
+
+    def free_mib(self, margin_mib: int) -> int:
+        """Headroom = total - max(used, reserved) - safety margin (may be negative)."""
+        return self.total_mib - self.committed_mib - margin_mib
+
+    def idle(self, idle_mib: int) -> bool:
+        """Nobody holds it: no grant and no more than driver/context memory in use."""
+        return self.reserved_mib == 0 and self.committed_mib <= idle_mib
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    name: str
+    gpus: tuple[GpuView, ...]
+    capacity_type: str = ""
+    instance_type: str = ""
+    price_per_gib_hour: float | None = None  # None: price unknown
+    version: int = 0  # changes whenever anything above changes (cache key)
+
+    @property
+    def total_mib(self) -> int:
+        return sum(g.total_mib for g in self.gpus)
+
+    @property
+    def committed_mib(self) -> int:
+        return sum(min(g.committed_mib, g.total_mib) for g in self.gpus)
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Tunables shared by fit and policies."""
+
+    margin_mib: int = 512  # safety margin kept free on every GPU
+    idle_mib: int = 1024  # a GPU using no more than this (and ungranted) counts as free

@@ -1,0 +1,33 @@
+"""Binpack: best fit on the GPU, most-allocated on the node.
+
+place: the fitting GPUs with the least headroom (ties: lowest index).
+score = 0.5 * chosen GPUs' fill after + 0.5 * node GPU-memory fill after   (0..1)
+so a pod goes where it closes a gap, keeping whole GPUs free for whole-GPU pods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from extender.demand import GpuDemand
+from extender.scoring.model import GpuView, NodeView
+from extender.scoring.policy import Context, chosen_fill_after, node_fill_after
+
+
+class Binpack:
+    name = "binpack"
+
+    def place(
+        self, node: NodeView, demand: GpuDemand, fitting: Sequence[GpuView], ctx: Context
+    ) -> tuple[GpuView, ...]:
+        m = ctx.limits.margin_mib
+        ordered = sorted(fitting, key=lambda g: (g.free_mib(m), g.index))
+        return tuple(ordered[: demand.count])
+
+    def score(
+        self, node: NodeView, demand: GpuDemand, chosen: tuple[GpuView, ...], ctx: Context
+    ) -> float:
+        lim = ctx.limits
+        return 0.5 * chosen_fill_after(demand, chosen, lim) + 0.5 * node_fill_after(
+            node, demand, chosen, lim
+        )

@@ -1,0 +1,59 @@
+"""The policy interface: one small unit per placement strategy, chosen by configuration.
+
+As in kube-scheduler's noderesources strategies, a policy maps plain numbers to a
+choice and a score; ``extender.scoring.framework`` walks the nodes and calls it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from extender.demand import GpuDemand
+from extender.scoring.fit import unit_mib
+from extender.scoring.model import GpuView, Limits, NodeView
+
+# A workload shape (count, memory MiB per GPU or None for whole, MIG profile) and its share.
+Shape = tuple[int, int | None, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    limits: Limits = field(default_factory=Limits)
+    # The expected workload (FGD's "target workload"): shapes with probabilities summing to 1.
+    mix: tuple[tuple[Shape, float], ...] = ((((1, None, "")), 1.0),)
+
+
+class Policy(Protocol):
+    name: str
+
+    def place(
+        self, node: NodeView, demand: GpuDemand, fitting: Sequence[GpuView], ctx: Context
+    ) -> tuple[GpuView, ...]:
+        """Pick ``demand.count`` GPUs from ``fitting`` (which has at least that many)."""
+        ...
+
+    def score(
+        self, node: NodeView, demand: GpuDemand, chosen: tuple[GpuView, ...], ctx: Context
+    ) -> float:
+        """Raw preference for this node given the choice; higher is better, any scale."""
+        ...
+
+
+def node_fill_after(node: NodeView, demand: GpuDemand, chosen: Sequence[GpuView], lim: Limits) -> float:
+    """Fraction of the node's GPU memory committed once the pod is placed."""
+    total = node.total_mib
+    if total <= 0:
+        return 0.0
+    added = sum(unit_mib(g, demand, lim) for g in chosen)
+    return min(1.0, (node.committed_mib + added) / total)
+
+
+def chosen_fill_after(demand: GpuDemand, chosen: Sequence[GpuView], lim: Limits) -> float:
+    """Fraction of the chosen GPUs' memory committed once the pod is placed."""
+    total = sum(g.total_mib for g in chosen)
+    if total <= 0:
+        return 0.0
+    used = sum(min(g.total_mib, g.committed_mib + unit_mib(g, demand, lim)) for g in chosen)
+    return used / total

@@ -1,0 +1,401 @@
+"""The scheduling service: filter, prioritize, bind, preempt and agent reports.
+
+It ties inventory, policy, ledger and binder together; the HTTP layer decodes a
+request, calls one method here and encodes the answer. No HTTP in here, and no
+scoring arithmetic either (that lives in extender.scoring).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from decimal import Decimal
+
+import msgspec
+
+from extender.allocation import (
+    AlreadyAllocated,
+    Decision,
+    GpuGrant,
+    LedgerUnavailable,
+    NodeRef,
+    PodRef,
+    Sharing,
+)
+from extender.binder import Binder, BindError
+from extender.clock import Clock
+from extender.demand import DemandError, GpuDemand, demand_of
+from extender.inventory import Grant, Inventory
+from extender.ledger.base import Ledger
+from extender.nodefacts import facts_from_node
+from extender.podcache import PodCache, SeenPod
+from extender.pricing import NodePrice
+from extender.protocol import (
+    ExtenderArgs,
+    ExtenderBindingArgs,
+    ExtenderBindingResult,
+    ExtenderFilterResult,
+    ExtenderPreemptionArgs,
+    ExtenderPreemptionResult,
+    HostPriority,
+    MetaPod,
+    MetaVictims,
+    Pod,
+    node_decoder,
+)
+from extender.reports import NodeReport, ReportResponse
+from extender.scoring import Context, Evaluation, Limits, Policy, Weights, evaluate, priorities
+from extender.scoring.model import GpuView, NodeView
+from extender.workload import WorkloadMix
+
+log = logging.getLogger("headroom.service")
+
+ANN_GPU_UUIDS = "headroom.dev/gpu-uuids"
+ANN_GPU_MEMORY_MIB = "headroom.dev/gpu-memory-mib"
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceConfig:
+    stale_after: float = 30.0
+    limits: Limits = Limits()
+    weights: Weights = Weights()
+
+
+def pod_ref(pod: Pod) -> PodRef:
+    meta = pod.metadata
+    owner = next((o for o in meta.ownerReferences or [] if o.controller), None)
+    if owner is None and meta.ownerReferences:
+        owner = meta.ownerReferences[0]
+    return PodRef(
+        uid=meta.uid or f"{meta.namespace}/{meta.name}",
+        namespace=meta.namespace or "default",
+        name=meta.name,
+        owner_kind=owner.kind if owner else "",
+        owner_name=owner.name if owner else "",
+        labels=dict(meta.labels or {}),
+    )
+
+
+class SchedulingService:
+    def __init__(
+        self,
+        inventory: Inventory,
+        ledger: Ledger,
+        binder: Binder,
+        policy: Policy,
+        clock: Clock,
+        config: ServiceConfig = ServiceConfig(),
+    ) -> None:
+        self.inventory = inventory
+        self.ledger = ledger
+        self.binder = binder
+        self.policy = policy
+        self.clock = clock
+        self.config = config
+        self.pods = PodCache()
+        self.mix = WorkloadMix()
+        self._evals: dict[tuple[object, ...], Evaluation] = {}
+
+    # --- startup -----------------------------------------------------------------------
+
+    def rebuild(self) -> int:
+        """Re-reserve every active ledger allocation (after a restart); returns pods."""
+        by_pod: dict[str, list[Grant]] = {}
+        for a in self.ledger.active():
+            by_pod.setdefault(a.pod.uid, []).append(
+                Grant(a.pod.uid, a.pod.namespace, a.pod.name, a.node.name, a.grant.gpu_uuid,
+                      a.grant.memory_mib)
+            )
+        for grants in by_pod.values():
+            self.inventory.reserve(grants)
+        return len(by_pod)
+
+    # --- filter / prioritize -------------------------------------------------------------
+
+    def filter(self, args: ExtenderArgs) -> tuple[ExtenderFilterResult, list[msgspec.Raw] | None]:
+        """Passing set always returned; every failed node gets a reason a person can act on."""
+        raws = args.Nodes.items if args.Nodes is not None else None
+        if args.Pod is None:
+            return ExtenderFilterResult(Error="request has no Pod"), None
+        try:
+            demand = self._remember(args.Pod)
+        except DemandError as e:
+            return ExtenderFilterResult(Error=f"pod {_name(args.Pod)}: {e}"), None
+        if not demand.wants_gpu:  # near-zero cost path: everything passes, nothing decoded
+            if raws is not None:
+                return ExtenderFilterResult(), list(raws)
+            return ExtenderFilterResult(NodeNames=list(args.NodeNames or [])), None
+        names = self._names(args)
+        result = ExtenderFilterResult()
+        passing: list[int] = []
+        now = self.clock.now()
+        for i, name in enumerate(names):
+            ev = self._evaluate(name, demand, now)
+            if ev.fits:
+                passing.append(i)
+            elif ev.unresolvable:
+                result.FailedAndUnresolvableNodes[name] = ev.reason
+            else:
+                result.FailedNodes[name] = ev.reason
+        if raws is not None:
+            return result, [raws[i] for i in passing]
+        result.NodeNames = [names[i] for i in passing]
+        return result, None
+
+    def prioritize(self, args: ExtenderArgs) -> list[HostPriority]:
+        if args.Pod is None:
+            raise ValueError("request has no Pod")
+        demand = self._remember(args.Pod)
+        names = self._names(args)
+        if not demand.wants_gpu:
+            return [HostPriority(Host=n, Score=0) for n in names]
+        now = self.clock.now()
+        evals = {n: self._evaluate(n, demand, now) for n in names}
+        prices = {n: v.price_per_gib_hour if (v := self.inventory.view(n)) else None for n in names}
+        scores = priorities(evals, prices, self.config.weights)
+        return [HostPriority(Host=n, Score=scores[n]) for n in names]
+
+    def _names(self, args: ExtenderArgs) -> list[str]:
+        if args.NodeNames is not None:
+            return args.NodeNames
+        if args.Nodes is None:
+            return []
+        names = []
+        for raw in args.Nodes.items:
+            node = node_decoder.decode(raw)
+            self.inventory.update_facts(facts_from_node(node))
+            names.append(node.metadata.name)
+        return names
+
+    def _remember(self, pod: Pod) -> GpuDemand:
+        demand = demand_of(pod)
+        if demand.wants_gpu and self.pods.put(SeenPod(pod_ref(pod), demand, self.clock.now())):
+            self.mix.observe(demand)
+        return demand
+
+    def _context(self) -> Context:
+        return Context(limits=self.config.limits, mix=self.mix.mix)
+
+    def _evaluate(self, name: str, demand: GpuDemand, now: float) -> Evaluation:
+        reason = self._unavailable(name, now)
+        if reason:
+            return Evaluation(False, reason, unresolvable=True)
+        view = self.inventory.view(name)
+        assert view is not None  # _unavailable checked it
+        if demand.count == 0:  # DRA-only: the DRA plugin filters devices; we score headroom
+            return Evaluation(True, raw=1.0 - view.committed_mib / max(view.total_mib, 1))
+        key = (name, view.version, demand.key, demand.capacity, self.mix.version)
+        ev = self._evals.get(key)
+        if ev is None:
+            if len(self._evals) > 200_000:
+                self._evals.clear()
+            ev = self._evals[key] = evaluate(view, demand, self.policy, self._context())
+        return ev
+
+    def _unavailable(self, name: str, now: float) -> str:
+        facts = self.inventory.facts(name)
+        if facts is not None and facts.disrupted:
+            return "node is being disrupted or deleted (karpenter.sh/disrupted); no new GPU pods"
+        received = self.inventory.received_at(name)
+        if received is None:
+            hint = ""
+            if facts is not None and facts.gpu_count_hint:
+                hint = (f" (Karpenter catalog: {facts.gpu_count_hint}x{facts.gpu_model_hint or 'GPU'} "
+                        f"{facts.gpu_memory_mib_hint} MiB)")
+            return f"no report from the headroom agent on this node yet{hint}; headroom unknown"
+        age = now - received
+        if age > self.config.stale_after:
+            return (f"headroom agent report is {age:.0f}s old (stale after "
+                    f"{self.config.stale_after:.0f}s); headroom unknown — is the agent running?")
+        return ""
+
+    # --- bind ----------------------------------------------------------------------------
+
+    def bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
+        seen = self.pods.get(args.PodUID)
+        if seen is None:
+            return ExtenderBindingResult(
+                Error=f"pod {args.PodNamespace}/{args.PodName} ({args.PodUID}) was not seen by "
+                "filter; the scheduler will retry")
+        if seen.demand.count == 0:
+            return self._bind_only(args, {})
+        existing = self.inventory.grants_of(args.PodUID)
+        if existing:
+            if existing[0].node != args.Node:
+                return ExtenderBindingResult(
+                    Error=f"pod already holds GPUs on node {existing[0].node}")
+            return self._bind_only(args, _annotations(existing))
+        try:
+            decision, grants = self._decide(seen, args.Node)
+        except _BindRefused as e:
+            return ExtenderBindingResult(Error=str(e))
+        return self._record_and_bind(args, decision, grants)
+
+    def _decide(self, seen: SeenPod, node_name: str) -> tuple[Decision, list[Grant]]:
+        """Evaluate the node afresh and reserve, atomically w.r.t. other binds."""
+        with self.inventory.lock:
+            reason = self._unavailable(node_name, self.clock.now())
+            view = self.inventory.view(node_name)
+            if reason or view is None:
+                raise _BindRefused(f"node {node_name}: {reason or 'unknown node'}")
+            ev = evaluate(view, seen.demand, self.policy, self._context())
+            if not ev.fits:
+                raise _BindRefused(f"node {node_name}: {ev.reason}")
+            decision = self._decision(seen, view, ev.chosen)
+            grants = [
+                Grant(seen.ref.uid, seen.ref.namespace, seen.ref.name, node_name, g.gpu_uuid,
+                      g.memory_mib)
+                for g in decision.grants
+            ]
+            self.inventory.reserve(grants)
+        return decision, grants
+
+    def _record_and_bind(
+        self, args: ExtenderBindingArgs, decision: Decision, grants: list[Grant]
+    ) -> ExtenderBindingResult:
+        try:
+            self.ledger.record_decision(decision)
+        except AlreadyAllocated as e:
+            self.inventory.release(args.PodUID)
+            return ExtenderBindingResult(Error=str(e))
+        except (LedgerUnavailable, Exception) as e:  # noqa: BLE001 - any DB failure fails the bind
+            self.inventory.release(args.PodUID)
+            log.error("ledger write failed", extra={"pod": args.PodUID, "error": str(e)})
+            return ExtenderBindingResult(Error=f"ledger unavailable, bind refused: {e}")
+        result = self._bind_only(args, _annotations(grants))
+        now = self.clock.now()
+        try:
+            if result.Error:
+                self.inventory.release(args.PodUID)
+                self.ledger.fail_bind(args.PodUID, now, result.Error)
+            else:
+                self.ledger.mark_bound(args.PodUID, now)
+        except Exception as e:  # noqa: BLE001 - the binding outcome stands; the row says reserved
+            log.error("ledger status update failed", extra={"pod": args.PodUID, "error": str(e)})
+        return result
+
+    def _bind_only(self, args: ExtenderBindingArgs, annotations: dict[str, str]) -> ExtenderBindingResult:
+        try:
+            self.binder.bind(args.PodNamespace, args.PodName, args.PodUID, args.Node, annotations)
+        except BindError as e:
+            return ExtenderBindingResult(Error=str(e))
+        except Exception as e:  # noqa: BLE001 - report any binder failure through the protocol
+            log.exception("binder failed")
+            return ExtenderBindingResult(Error=f"bind failed: {e}")
+        return ExtenderBindingResult()
+
+    def _decision(self, seen: SeenPod, view: NodeView, chosen: tuple[GpuView, ...]) -> Decision:
+        facts = self.inventory.facts(view.name)
+        price = self.inventory.price(view.name)
+        node = NodeRef(
+            name=view.name,
+            instance_type=view.instance_type,
+            capacity_type=view.capacity_type,
+            zone=facts.zone if facts else "",
+            nodepool=facts.nodepool if facts else "",
+        )
+        grants = tuple(_grant(g, seen.demand, price) for g in chosen)
+        return Decision(seen.ref, node, grants, self.clock.now(), self.policy.name)
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    def release(self, pod_uid: str, reason: str) -> int:
+        """The pod ended (or was deleted): free its reservations and end its ledger rows."""
+        self.inventory.release(pod_uid)
+        self.pods.pop(pod_uid)
+        return self.ledger.release(pod_uid, self.clock.now(), reason)
+
+    # --- preempt -------------------------------------------------------------------------
+
+    def preempt(self, args: ExtenderPreemptionArgs) -> ExtenderPreemptionResult:
+        """Keep only the candidate nodes where evicting the victims frees enough GPU."""
+        if args.Pod is None:
+            raise ValueError("request has no Pod")
+        demand = self._remember(args.Pod)
+        victims = _meta_victims(args)
+        if not demand.wants_gpu or demand.count == 0:
+            return ExtenderPreemptionResult(NodeNameToMetaVictims=victims)
+        kept: dict[str, MetaVictims] = {}
+        for node, v in victims.items():
+            view = self._view_without(node, [p.UID for p in v.Pods])
+            if view is not None and evaluate(view, demand, self.policy, self._context()).fits:
+                kept[node] = v
+        return ExtenderPreemptionResult(NodeNameToMetaVictims=kept)
+
+    def _view_without(self, node: str, victim_uids: Iterable[str]) -> NodeView | None:
+        if self._unavailable(node, self.clock.now()):
+            return None
+        view = self.inventory.view(node)
+        if view is None:
+            return None
+        freed: dict[str, int] = {}
+        for uid in victim_uids:
+            for g in self.inventory.grants_of(uid):
+                freed[g.gpu_uuid] = freed.get(g.gpu_uuid, 0) + g.memory_mib
+        gpus = tuple(
+            GpuView(g.uuid, g.index, g.model, g.total_mib,
+                    max(0, g.committed_mib - freed.get(g.uuid, 0)),
+                    max(0, g.reserved_mib - freed.get(g.uuid, 0)), g.mig_profile)
+            for g in view.gpus
+        )
+        return NodeView(view.name, gpus, view.capacity_type, view.instance_type,
+                        view.price_per_gib_hour, version=-1)
+
+    # --- agent reports -------------------------------------------------------------------
+
+    def report(self, report: NodeReport) -> ReportResponse:
+        now = self.clock.now()
+        self.inventory.apply_report(report, now)
+        return ReportResponse(
+            accepted=True,
+            node=report.node,
+            received_at=now,
+            grants=self.inventory.grants_on(report.node),
+            stale_after_s=self.config.stale_after,
+        )
+
+
+class _BindRefused(Exception):
+    pass
+
+
+def _grant(gpu: GpuView, demand: GpuDemand, price: NodePrice | None) -> GpuGrant:
+    if demand.mig_profile:
+        sharing, mib = Sharing.MIG, gpu.total_mib
+    elif demand.memory_mib is None:
+        sharing, mib = Sharing.EXCLUSIVE, gpu.total_mib
+    else:
+        sharing, mib = Sharing.SHARED, demand.memory_mib
+    per_gpu = price.per_gpu_hour if price else Decimal(0)
+    return GpuGrant(
+        gpu_uuid=gpu.uuid,
+        gpu_index=gpu.index,
+        model=gpu.model,
+        memory_mib=mib,
+        gpu_total_mib=gpu.total_mib,
+        sharing=sharing,
+        price_per_hour=per_gpu * mib / gpu.total_mib if gpu.total_mib else Decimal(0),
+        mig_profile=demand.mig_profile,
+    )
+
+
+def _annotations(grants: list[Grant]) -> dict[str, str]:
+    return {
+        ANN_GPU_UUIDS: ",".join(g.gpu_uuid for g in grants),
+        ANN_GPU_MEMORY_MIB: str(grants[0].memory_mib) if grants else "0",
+    }
+
+
+def _meta_victims(args: ExtenderPreemptionArgs) -> dict[str, MetaVictims]:
+    if args.NodeNameToMetaVictims is not None:
+        return dict(args.NodeNameToMetaVictims)
+    return {
+        node: MetaVictims(Pods=[MetaPod(UID=p.metadata.uid) for p in v.Pods],
+                          NumPDBViolations=v.NumPDBViolations)
+        for node, v in (args.NodeNameToVictims or {}).items()
+    }
+
+
+def _name(pod: Pod) -> str:
+    return f"{pod.metadata.namespace or 'default'}/{pod.metadata.name}"

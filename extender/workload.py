@@ -1,0 +1,49 @@
+"""The expected workload mix (FGD's target workload), learned from the pods that arrive.
+
+Each new GPU pod adds its shape with weight 1; older weight decays by ``decay`` per
+arrival so the mix follows a changing workload. The mix is re-published only every
+``publish_every`` arrivals, because it is part of the scoring cache key.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from extender.demand import GpuDemand
+from extender.scoring.policy import Shape
+
+DEFAULT_MIX: tuple[tuple[Shape, float], ...] = (
+    ((1, 8 * 1024, ""), 0.3),
+    ((1, 16 * 1024, ""), 0.3),
+    ((1, None, ""), 0.3),
+    ((2, None, ""), 0.1),
+)
+
+
+class WorkloadMix:
+    def __init__(self, decay: float = 0.999, publish_every: int = 50, top: int = 8) -> None:
+        self._weights: dict[Shape, float] = {}
+        self._decay = decay
+        self._publish_every = publish_every
+        self._top = top
+        self._arrivals = 0
+        self._lock = threading.Lock()
+        self.version = 0
+        self.mix: tuple[tuple[Shape, float], ...] = DEFAULT_MIX
+
+    def observe(self, demand: GpuDemand) -> None:
+        if demand.count <= 0 or demand.mig_profile:
+            return
+        with self._lock:
+            for k in self._weights:
+                self._weights[k] *= self._decay
+            self._weights[demand.key] = self._weights.get(demand.key, 0.0) + 1.0
+            self._arrivals += 1
+            if self._arrivals % self._publish_every == 0 or self._arrivals == 1:
+                self._publish()
+
+    def _publish(self) -> None:
+        top = sorted(self._weights.items(), key=lambda kv: -kv[1])[: self._top]
+        total = sum(w for _, w in top)
+        self.mix = tuple((shape, w / total) for shape, w in top)
+        self.version += 1
