@@ -7,6 +7,7 @@ and never logged or echoed.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import os
 import threading
@@ -31,10 +32,8 @@ class TokenFile:
 
     def matches(self, presented: str) -> bool:
         with self._lock:
-            try:
-                self._load()
-            except (OSError, ValueError):
-                pass  # keep the last good token
+            with contextlib.suppress(OSError, ValueError):
+                self._load()  # on failure keep the last good token
             return hmac.compare_digest(presented.encode(), self._token)
 
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from extender import __version__
 from extender.scoring import POLICIES
 
 
-def _serve_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _serve_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="run the scheduler extender (standalone by default)")
     p.add_argument("--host", help="listen address (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="listen port (default 8888)")
@@ -18,11 +19,15 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument("--policy", choices=sorted(POLICIES), help="placement policy (default fgd)")
     p.add_argument("--cost-weight", type=float, help="weight of the cost term (default 1)")
     p.add_argument("--stale-after", type=float, help="seconds before a report is stale (30)")
+    p.add_argument("--margin-mib", type=int, help="safety margin kept free per GPU (512)")
     p.add_argument("--price-file", help="JSON/YAML price overrides (instance types, spot)")
     p.add_argument("--agent-token-file", help="file holding the agents' bearer token")
     p.add_argument("--allow-unauthenticated-reports", action="store_true", default=None,
                    help="accept agent reports without a token (development only)")
-    p.add_argument("--kubeconfig", help="bind through this cluster's API (default: in-process)")
+    p.add_argument("--kubeconfig", help="watch and bind through this cluster's API "
+                   "(default: standalone, in-process binder)")
+    p.add_argument("--in-cluster", action="store_true", default=None,
+                   help="use the pod's ServiceAccount to reach the cluster")
     p.add_argument("--log-level", help="debug, info, warning, error")
     p.set_defaults(func=_serve)
 
@@ -37,23 +42,13 @@ def _serve(args: argparse.Namespace) -> int:
     overrides = {k: v for k, v in vars(args).items() if v is not None and k not in ("func", "cmd")}
     settings = Settings(**overrides)
     setup_logging(settings.log_level)
-    built = build(settings, binder=_binder(settings))
+    built = build(settings)
     uvicorn.run(built.app, host=settings.host, port=settings.port, log_level=settings.log_level,
                 access_log=False)
     return 0
 
 
-def _binder(settings: object) -> object | None:
-    """The Kubernetes binder when a cluster is configured; None means in-process."""
-    kubeconfig = getattr(settings, "kubeconfig", None)
-    if not kubeconfig and not getattr(settings, "in_cluster", False):
-        return None
-    from extender.kube.binder import KubeBinder
-
-    return KubeBinder.from_config(kubeconfig)
-
-
-def _simulate_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _simulate_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("simulate", help="place a synthetic GPU workload on a simulated "
                        "Karpenter cluster through a real extender over HTTP")
     p.add_argument("--nodes", type=int, default=40)
@@ -85,11 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _optional_commands() -> list:  # type: ignore[type-arg]
+def _optional_commands() -> list[Callable[[Any], object]]:
     from drivers.cli import add_agent_command
     from extender.ledger_cli import add_ledger_command
 
-    commands = [add_agent_command, add_ledger_command]
+    commands: list[Callable[[Any], object]] = [add_agent_command, add_ledger_command]
     try:
         from extender.dra.cli import add_claim_command
 

@@ -84,7 +84,10 @@ def _container_counts(containers: list[Container]) -> tuple[int, dict[str, int]]
         res = c.resources
         if res is None:
             continue
-        wanted = {**(res.requests or {}), **(res.limits or {})}  # limits win, as for extended resources
+        wanted = {
+            **(res.requests or {}),
+            **(res.limits or {}),
+        }  # limits win, as for extended resources
         for name, value in wanted.items():
             if name == GPU_RESOURCE:
                 gpus += _count(name, value)

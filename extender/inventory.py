@@ -65,7 +65,9 @@ def measured_gpus(report: NodeReport) -> tuple[MeasuredGpu, ...]:
 
 def _mig_units(g: GpuReport) -> list[MeasuredGpu]:
     return [
-        MeasuredGpu(m.uuid, g.index, g.model, m.memory_total_mib, m.memory_used_mib, m.profile, g.uuid)
+        MeasuredGpu(
+            m.uuid, g.index, g.model, m.memory_total_mib, m.memory_used_mib, m.profile, g.uuid
+        )
         for m in g.mig
     ]
 
@@ -97,7 +99,9 @@ class Inventory:
         with self._lock:
             node = self._nodes.get(report.node)
             if node is None:
-                node = self._nodes[report.node] = _Node(facts_from_labels(report.node, report.labels))
+                node = self._nodes[report.node] = _Node(
+                    facts_from_labels(report.node, report.labels)
+                )
             elif node.facts_from_report and report.labels:
                 node.facts = facts_from_labels(report.node, report.labels)
             changed = gpus != node.gpus or node.received_at is None
@@ -156,12 +160,21 @@ class Inventory:
     def grants_of(self, pod_uid: str) -> list[Grant]:
         return list(self._grants.get(pod_uid, ()))
 
+    def grants_on_node(self, node_name: str) -> list[Grant]:
+        with self._lock:
+            return [g for gs in self._grants.values() for g in gs if g.node == node_name]
+
     def grants_on(self, node_name: str) -> list[PodGrant]:
         with self._lock:
             by_pod = [gs for gs in self._grants.values() if gs and gs[0].node == node_name]
         return [
-            PodGrant(gs[0].pod_uid, gs[0].namespace, gs[0].name, [g.gpu_uuid for g in gs],
-                     gs[0].memory_mib)
+            PodGrant(
+                gs[0].pod_uid,
+                gs[0].namespace,
+                gs[0].name,
+                [g.gpu_uuid for g in gs],
+                gs[0].memory_mib,
+            )
             for gs in by_pod
         ]
 

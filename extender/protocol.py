@@ -26,8 +26,8 @@ class ObjectMeta(msgspec.Struct):
     uid: str = ""
     labels: dict[str, str] | None = None
     annotations: dict[str, str] | None = None
-    ownerReferences: list[OwnerReference] | None = None  # noqa: N815 (k8s field name)
-    deletionTimestamp: str | None = None  # noqa: N815
+    ownerReferences: list[OwnerReference] | None = None
+    deletionTimestamp: str | None = None
 
 
 class ResourceRequirements(msgspec.Struct):
@@ -48,15 +48,15 @@ class Container(msgspec.Struct):
 
 class PodResourceClaim(msgspec.Struct):
     name: str = ""
-    resourceClaimName: str | None = None  # noqa: N815
-    resourceClaimTemplateName: str | None = None  # noqa: N815
+    resourceClaimName: str | None = None
+    resourceClaimTemplateName: str | None = None
 
 
 class PodSpec(msgspec.Struct):
     containers: list[Container] = msgspec.field(default_factory=list)
-    initContainers: list[Container] | None = None  # noqa: N815
-    resourceClaims: list[PodResourceClaim] | None = None  # noqa: N815
-    nodeName: str | None = None  # noqa: N815
+    initContainers: list[Container] | None = None
+    resourceClaims: list[PodResourceClaim] | None = None
+    nodeName: str | None = None
 
 
 class Pod(msgspec.Struct):
@@ -154,7 +154,9 @@ node_decoder = msgspec.json.Decoder(Node)
 encoder = msgspec.json.Encoder()
 
 
-def encode_filter_result(result: ExtenderFilterResult, passing_raw: list[msgspec.Raw] | None) -> bytes:
+def encode_filter_result(
+    result: ExtenderFilterResult, passing_raw: list[msgspec.Raw] | None
+) -> bytes:
     """Encode a filter reply; in Nodes mode splice the passing nodes' raw JSON back in."""
     body = encoder.encode(result)
     if passing_raw is None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from decimal import Decimal, InvalidOperation
+from decimal import ROUND_CEILING, Decimal, InvalidOperation
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
@@ -36,8 +36,7 @@ def _number(s: str, original: str) -> Decimal:
 def quantity_to_mib(text: str) -> int:
     """Bytes quantity to whole MiB, rounded up (a request is never shrunk)."""
     value = parse_quantity(text)
-    mib = -(-value // MIB)  # ceiling division keeps Decimal exact
-    return int(mib)
+    return int((value / MIB).to_integral_value(rounding=ROUND_CEILING))
 
 
 def quantity_to_int(text: str) -> int:

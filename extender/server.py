@@ -12,12 +12,14 @@ from collections.abc import Callable
 
 import msgspec
 from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 
 from extender import __version__
+from extender.audit import audit_router
 from extender.auth import TokenFile, bearer
+from extender.metrics import metrics_response
 from extender.protocol import (
-    ExtenderBindingResult,
     args_decoder,
     binding_decoder,
     encode_filter_result,
@@ -96,17 +98,21 @@ def create_app(
             return _error(400, str(e))
         return Response(encoder.encode(scores), media_type=JSON)
 
-    @app.post("/bind", summary="kube-scheduler extender bind")
-    def bind(body: bytes = _raw_body(max_body_bytes)) -> Response:
+    def bind_sync(body: bytes) -> Response:
         try:
             args = binding_decoder.decode(body)
         except (msgspec.DecodeError, msgspec.ValidationError) as e:
             return _error(400, _decode_error(e))
-        missing = [f for f in ("PodName", "PodNamespace", "PodUID", "Node") if not getattr(args, f)]
+        fields = ("PodName", "PodNamespace", "PodUID", "Node")
+        missing = [f for f in fields if not getattr(args, f)]
         if missing:
-            result = ExtenderBindingResult(Error=f"malformed bind request: missing {', '.join(missing)}")
-            return Response(encoder.encode(result), status_code=400, media_type=JSON)
+            return _error(400, f"malformed bind request: missing {', '.join(missing)}")
         return Response(encoder.encode(service.bind(args)), media_type=JSON)
+
+    @app.post("/bind", summary="kube-scheduler extender bind")
+    async def bind(request: Request) -> Response:
+        # the ledger write and the API call block: run them off the event loop
+        return await run_in_threadpool(bind_sync, await read_body(request, max_body_bytes))
 
     @app.post("/preempt", summary="kube-scheduler extender preempt")
     async def preempt(request: Request) -> Response:
@@ -146,6 +152,13 @@ def create_app(
         ended = service.release(uid, reason[:200])
         return JSONResponse({"pod_uid": uid, "ended": ended})
 
+    app.include_router(audit_router(lambda: service.ledger, service.clock))
+
+    @app.get("/metrics", summary="Prometheus metrics")
+    def metrics() -> Response:
+        body, content_type = metrics_response()
+        return Response(body, media_type=content_type)
+
     @app.get("/healthz")
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
@@ -157,13 +170,3 @@ def create_app(
         return JSONResponse({"status": "not ready"}, status_code=503)
 
     return app
-
-
-def _raw_body(limit: int) -> object:
-    """A FastAPI dependency giving the raw body under the size bound (for sync routes)."""
-    from fastapi import Depends
-
-    async def dep(request: Request) -> bytes:
-        return await read_body(request, limit)
-
-    return Depends(dep)

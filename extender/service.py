@@ -8,8 +8,8 @@ scoring arithmetic either (that lives in extender.scoring).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from decimal import Decimal
 
 import msgspec
@@ -20,6 +20,7 @@ from extender.allocation import (
     GpuGrant,
     LedgerUnavailable,
     NodeRef,
+    Observation,
     PodRef,
     Sharing,
 )
@@ -28,6 +29,7 @@ from extender.clock import Clock
 from extender.demand import DemandError, GpuDemand, demand_of
 from extender.inventory import Grant, Inventory
 from extender.ledger.base import Ledger
+from extender.ledger_writer import LedgerWriter
 from extender.nodefacts import facts_from_node
 from extender.podcache import PodCache, SeenPod
 from extender.pricing import NodePrice
@@ -47,6 +49,7 @@ from extender.protocol import (
 from extender.reports import NodeReport, ReportResponse
 from extender.scoring import Context, Evaluation, Limits, Policy, Weights, evaluate, priorities
 from extender.scoring.model import GpuView, NodeView
+from extender.usage import Discrepancy, discrepancies, observations
 from extender.workload import WorkloadMix
 
 log = logging.getLogger("headroom.service")
@@ -58,8 +61,8 @@ ANN_GPU_MEMORY_MIB = "headroom.dev/gpu-memory-mib"
 @dataclass(frozen=True, slots=True)
 class ServiceConfig:
     stale_after: float = 30.0
-    limits: Limits = Limits()
-    weights: Weights = Weights()
+    limits: Limits = field(default_factory=Limits)
+    weights: Weights = field(default_factory=Weights)
 
 
 def pod_ref(pod: Pod) -> PodRef:
@@ -96,6 +99,12 @@ class SchedulingService:
         self.pods = PodCache()
         self.mix = WorkloadMix()
         self._evals: dict[tuple[object, ...], Evaluation] = {}
+        # edges plug in here: Kubernetes Events / metrics for pods that fit nowhere, and a
+        # lookup of pods bind was not shown by filter (the watch cache after a restart)
+        self.unplaceable_hooks: list[Callable[[PodRef, dict[str, str]], None]] = []
+        self.pod_lookup: Callable[[str], Pod | None] = lambda uid: None
+        self.writer = LedgerWriter(ledger)
+        self._recorded_nodes: dict[str, tuple[object, ...]] = {}
 
     # --- startup -----------------------------------------------------------------------
 
@@ -104,8 +113,14 @@ class SchedulingService:
         by_pod: dict[str, list[Grant]] = {}
         for a in self.ledger.active():
             by_pod.setdefault(a.pod.uid, []).append(
-                Grant(a.pod.uid, a.pod.namespace, a.pod.name, a.node.name, a.grant.gpu_uuid,
-                      a.grant.memory_mib)
+                Grant(
+                    a.pod.uid,
+                    a.pod.namespace,
+                    a.pod.name,
+                    a.node.name,
+                    a.grant.gpu_uuid,
+                    a.grant.memory_mib,
+                )
             )
         for grants in by_pod.values():
             self.inventory.reserve(grants)
@@ -138,10 +153,21 @@ class SchedulingService:
                 result.FailedAndUnresolvableNodes[name] = ev.reason
             else:
                 result.FailedNodes[name] = ev.reason
+        if not passing and names:
+            self._unplaceable(args.Pod, result)
         if raws is not None:
             return result, [raws[i] for i in passing]
         result.NodeNames = [names[i] for i in passing]
         return result, None
+
+    def _unplaceable(self, pod: Pod, result: ExtenderFilterResult) -> None:
+        reasons = {**result.FailedNodes, **result.FailedAndUnresolvableNodes}
+        ref = pod_ref(pod)
+        for hook in self.unplaceable_hooks:
+            try:
+                hook(ref, reasons)
+            except Exception:
+                log.exception("unplaceable hook failed")
 
     def prioritize(self, args: ExtenderArgs) -> list[HostPriority]:
         if args.Pod is None:
@@ -170,7 +196,8 @@ class SchedulingService:
 
     def _remember(self, pod: Pod) -> GpuDemand:
         demand = demand_of(pod)
-        if demand.wants_gpu and self.pods.put(SeenPod(pod_ref(pod), demand, self.clock.now())):
+        # every pod is remembered (bind needs to know it asked for nothing, too)
+        if self.pods.put(SeenPod(pod_ref(pod), demand, self.clock.now())) and demand.wants_gpu:
             self.mix.observe(demand)
         return demand
 
@@ -201,36 +228,52 @@ class SchedulingService:
         if received is None:
             hint = ""
             if facts is not None and facts.gpu_count_hint:
-                hint = (f" (Karpenter catalog: {facts.gpu_count_hint}x{facts.gpu_model_hint or 'GPU'} "
-                        f"{facts.gpu_memory_mib_hint} MiB)")
+                hint = (
+                    f" (Karpenter catalog: {facts.gpu_count_hint}x{facts.gpu_model_hint or 'GPU'} "
+                    f"{facts.gpu_memory_mib_hint} MiB)"
+                )
             return f"no report from the headroom agent on this node yet{hint}; headroom unknown"
         age = now - received
         if age > self.config.stale_after:
-            return (f"headroom agent report is {age:.0f}s old (stale after "
-                    f"{self.config.stale_after:.0f}s); headroom unknown — is the agent running?")
+            return (
+                f"headroom agent report is {age:.0f}s old (stale after "
+                f"{self.config.stale_after:.0f}s); headroom unknown — is the agent running?"
+            )
         return ""
 
     # --- bind ----------------------------------------------------------------------------
 
     def bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
-        seen = self.pods.get(args.PodUID)
+        seen = self.pods.get(args.PodUID) or self._look_up(args.PodUID)
         if seen is None:
             return ExtenderBindingResult(
                 Error=f"pod {args.PodNamespace}/{args.PodName} ({args.PodUID}) was not seen by "
-                "filter; the scheduler will retry")
+                "filter; the scheduler will retry"
+            )
         if seen.demand.count == 0:
             return self._bind_only(args, {})
         existing = self.inventory.grants_of(args.PodUID)
         if existing:
             if existing[0].node != args.Node:
                 return ExtenderBindingResult(
-                    Error=f"pod already holds GPUs on node {existing[0].node}")
+                    Error=f"pod already holds GPUs on node {existing[0].node}"
+                )
             return self._bind_only(args, _annotations(existing))
         try:
             decision, grants = self._decide(seen, args.Node)
         except _BindRefused as e:
             return ExtenderBindingResult(Error=str(e))
         return self._record_and_bind(args, decision, grants)
+
+    def _look_up(self, uid: str) -> SeenPod | None:
+        pod = self.pod_lookup(uid)
+        if pod is None:
+            return None
+        try:
+            self._remember(pod)
+        except DemandError:
+            return None
+        return self.pods.get(uid)
 
     def _decide(self, seen: SeenPod, node_name: str) -> tuple[Decision, list[Grant]]:
         """Evaluate the node afresh and reserve, atomically w.r.t. other binds."""
@@ -244,8 +287,14 @@ class SchedulingService:
                 raise _BindRefused(f"node {node_name}: {ev.reason}")
             decision = self._decision(seen, view, ev.chosen)
             grants = [
-                Grant(seen.ref.uid, seen.ref.namespace, seen.ref.name, node_name, g.gpu_uuid,
-                      g.memory_mib)
+                Grant(
+                    seen.ref.uid,
+                    seen.ref.namespace,
+                    seen.ref.name,
+                    node_name,
+                    g.gpu_uuid,
+                    g.memory_mib,
+                )
                 for g in decision.grants
             ]
             self.inventory.reserve(grants)
@@ -259,7 +308,7 @@ class SchedulingService:
         except AlreadyAllocated as e:
             self.inventory.release(args.PodUID)
             return ExtenderBindingResult(Error=str(e))
-        except (LedgerUnavailable, Exception) as e:  # noqa: BLE001 - any DB failure fails the bind
+        except (LedgerUnavailable, Exception) as e:
             self.inventory.release(args.PodUID)
             log.error("ledger write failed", extra={"pod": args.PodUID, "error": str(e)})
             return ExtenderBindingResult(Error=f"ledger unavailable, bind refused: {e}")
@@ -271,16 +320,18 @@ class SchedulingService:
                 self.ledger.fail_bind(args.PodUID, now, result.Error)
             else:
                 self.ledger.mark_bound(args.PodUID, now)
-        except Exception as e:  # noqa: BLE001 - the binding outcome stands; the row says reserved
+        except Exception as e:
             log.error("ledger status update failed", extra={"pod": args.PodUID, "error": str(e)})
         return result
 
-    def _bind_only(self, args: ExtenderBindingArgs, annotations: dict[str, str]) -> ExtenderBindingResult:
+    def _bind_only(
+        self, args: ExtenderBindingArgs, annotations: dict[str, str]
+    ) -> ExtenderBindingResult:
         try:
             self.binder.bind(args.PodNamespace, args.PodName, args.PodUID, args.Node, annotations)
         except BindError as e:
             return ExtenderBindingResult(Error=str(e))
-        except Exception as e:  # noqa: BLE001 - report any binder failure through the protocol
+        except Exception as e:
             log.exception("binder failed")
             return ExtenderBindingResult(Error=f"bind failed: {e}")
         return ExtenderBindingResult()
@@ -305,6 +356,20 @@ class SchedulingService:
         self.inventory.release(pod_uid)
         self.pods.pop(pod_uid)
         return self.ledger.release(pod_uid, self.clock.now(), reason)
+
+    def started(self, pod_uid: str) -> None:
+        self.ledger.mark_started(pod_uid, self.clock.now())
+
+    def node_gone(self, node: str, reason: str) -> int:
+        """The Node object is gone (consolidation, spot interruption): end its grants."""
+        for uid in {g.pod_uid for g in self.inventory.grants_on_node(node)}:
+            self.inventory.release(uid)
+        self.inventory.remove_node(node)
+        self._recorded_nodes.pop(node, None)
+        now = self.clock.now()
+        ended = self.ledger.release_node(node, now, reason)
+        self.ledger.node_gone(node, now, reason)
+        return ended
 
     # --- preempt -------------------------------------------------------------------------
 
@@ -334,19 +399,36 @@ class SchedulingService:
             for g in self.inventory.grants_of(uid):
                 freed[g.gpu_uuid] = freed.get(g.gpu_uuid, 0) + g.memory_mib
         gpus = tuple(
-            GpuView(g.uuid, g.index, g.model, g.total_mib,
-                    max(0, g.committed_mib - freed.get(g.uuid, 0)),
-                    max(0, g.reserved_mib - freed.get(g.uuid, 0)), g.mig_profile)
+            GpuView(
+                g.uuid,
+                g.index,
+                g.model,
+                g.total_mib,
+                max(0, g.committed_mib - freed.get(g.uuid, 0)),
+                max(0, g.reserved_mib - freed.get(g.uuid, 0)),
+                g.mig_profile,
+            )
             for g in view.gpus
         )
-        return NodeView(view.name, gpus, view.capacity_type, view.instance_type,
-                        view.price_per_gib_hour, version=-1)
+        return NodeView(
+            view.name,
+            gpus,
+            view.capacity_type,
+            view.instance_type,
+            view.price_per_gib_hour,
+            version=-1,
+        )
 
     # --- agent reports -------------------------------------------------------------------
 
     def report(self, report: NodeReport) -> ReportResponse:
         now = self.clock.now()
         self.inventory.apply_report(report, now)
+        grants = self.inventory.grants_on_node(report.node)
+        obs = observations(report)
+        found = discrepancies(report, grants)
+        node_record = self._node_record(report.node)
+        self.writer.submit(lambda ledger: _write_report(ledger, now, obs, found, node_record))
         return ReportResponse(
             accepted=True,
             node=report.node,
@@ -355,9 +437,39 @@ class SchedulingService:
             stale_after_s=self.config.stale_after,
         )
 
+    def _node_record(self, name: str) -> tuple[NodeRef, list[tuple[str, str, int]], Decimal] | None:
+        """What the ledger must know to price the node's idle time, when it changed."""
+        view, facts, price = self.inventory.view(name), self.inventory.facts(name), None
+        if view is None or facts is None:
+            return None
+        price = self.inventory.price(name)
+        node = NodeRef(name, facts.instance_type, facts.capacity_type, facts.zone, facts.nodepool)
+        gpus = sorted({(g.uuid, g.model, g.total_mib) for g in view.gpus if not g.mig_profile})
+        per_gpu = price.per_gpu_hour if price else Decimal(0)
+        signature = (node, tuple(gpus), per_gpu)
+        if self._recorded_nodes.get(name) == signature:
+            return None
+        self._recorded_nodes[name] = signature
+        return node, list(gpus), per_gpu
+
 
 class _BindRefused(Exception):
     pass
+
+
+def _write_report(
+    ledger: Ledger,
+    at: float,
+    obs: list[Observation],
+    found: list[Discrepancy],
+    node_record: tuple[NodeRef, list[tuple[str, str, int]], Decimal] | None,
+) -> None:
+    if node_record is not None:
+        ledger.record_node(*node_record, at)
+    if obs:
+        ledger.observe(obs, at)
+    for d in found:
+        ledger.record_discrepancy(d.kind, d.node, d.gpu_uuid, d.pod_uid, d.amount_mib, d.detail, at)
 
 
 def _grant(gpu: GpuView, demand: GpuDemand, price: NodePrice | None) -> GpuGrant:
@@ -391,8 +503,9 @@ def _meta_victims(args: ExtenderPreemptionArgs) -> dict[str, MetaVictims]:
     if args.NodeNameToMetaVictims is not None:
         return dict(args.NodeNameToMetaVictims)
     return {
-        node: MetaVictims(Pods=[MetaPod(UID=p.metadata.uid) for p in v.Pods],
-                          NumPDBViolations=v.NumPDBViolations)
+        node: MetaVictims(
+            Pods=[MetaPod(UID=p.metadata.uid) for p in v.Pods], NumPDBViolations=v.NumPDBViolations
+        )
         for node, v in (args.NodeNameToVictims or {}).items()
     }
 

@@ -41,7 +41,9 @@ class Policy(Protocol):
         ...
 
 
-def node_fill_after(node: NodeView, demand: GpuDemand, chosen: Sequence[GpuView], lim: Limits) -> float:
+def node_fill_after(
+    node: NodeView, demand: GpuDemand, chosen: Sequence[GpuView], lim: Limits
+) -> float:
     """Fraction of the node's GPU memory committed once the pod is placed."""
     total = node.total_mib
     if total <= 0:

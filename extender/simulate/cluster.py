@@ -5,8 +5,15 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from extender.nodefacts import CAPACITY_TYPE, GPU_COUNT, GPU_MEMORY, GPU_NAME, INSTANCE_TYPE
-from extender.nodefacts import NODEPOOL, ZONE
+from extender.nodefacts import (
+    CAPACITY_TYPE,
+    GPU_COUNT,
+    GPU_MEMORY,
+    GPU_NAME,
+    INSTANCE_TYPE,
+    NODEPOOL,
+    ZONE,
+)
 from extender.pricing import PriceBook
 
 # (instance type, relative frequency): what a GPU NodePool on AWS typically launches.

@@ -8,7 +8,7 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 
 def plot(results: Sequence[Any], path: str) -> None:
@@ -21,7 +21,9 @@ def plot(results: Sequence[Any], path: str) -> None:
     )
     fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.6))
     for ax, (title, values, unit) in zip(axes, panels, strict=True):
-        bars = ax.bar(names, values, color=["#4c72b0", "#dd8452", "#55a868", "#c44e52"][: len(names)])
+        bars = ax.bar(
+            names, values, color=["#4c72b0", "#dd8452", "#55a868", "#c44e52"][: len(names)]
+        )
         ax.set_title(title, fontsize=10)
         ax.set_ylabel(unit)
         ax.bar_label(bars, fmt="%.3g", fontsize=8)

@@ -48,16 +48,23 @@ class PolicyResult:
 class _Run:
     """One policy's run: a real extender on loopback, simulated agents, the workload."""
 
-    def __init__(self, policy: str, nodes: list[SimNode], args: argparse.Namespace,
-                 db: str, token_file: str) -> None:
+    def __init__(
+        self, policy: str, nodes: list[SimNode], args: argparse.Namespace, db: str, token_file: str
+    ) -> None:
         self.clock = ManualClock()
         self.binder = InProcessBinder()
-        settings = Settings(db=db, policy=policy, cost_weight=args.cost_weight,
-                            agent_token_file=token_file, stale_after=10 * REPORT_EVERY_S)
+        settings = Settings(
+            db=db,
+            policy=policy,
+            cost_weight=args.cost_weight,
+            agent_token_file=token_file,
+            stale_after=10 * REPORT_EVERY_S,
+        )
         self.built = build(settings, clock=self.clock, binder=self.binder)
         self.nodes = {n.name: n for n in nodes}
-        self.drivers = {n.name: SimulatedDriver(n.spec, args.seed, n.name, self.clock)
-                        for n in nodes}
+        self.drivers = {
+            n.name: SimulatedDriver(n.spec, args.seed, n.name, self.clock) for n in nodes
+        }
         self.policy = policy
         self.seed = args.seed
         self.active: list[tuple[float, str, str]] = []  # (end time, uid, node)
@@ -108,7 +115,9 @@ class _Run:
         driver = self.drivers[outcome.node]
         for uuid in ann["headroom.dev/gpu-uuids"].split(","):
             driver.start_process(pod.uid, uuid, int(mib * pod.usage_fraction))
-        heapq.heappush(self.active, (pod.arrival_s + self.t0 + pod.lifetime_s, pod.uid, outcome.node))
+        heapq.heappush(
+            self.active, (pod.arrival_s + self.t0 + pod.lifetime_s, pod.uid, outcome.node)
+        )
         self.pods_on[outcome.node] += 1
         self.report(client, outcome.node)
         return outcome.node
@@ -148,8 +157,11 @@ class _Run:
             state, _ = node_state(v, svc.config.limits)
             frag += fragmentation(state, svc.mix.mix)
             free += sum(f for f, _ in state)
-        in_use = sum(float(p.per_hour) for n, c in self.pods_on.items()
-                     if c and (p := svc.inventory.price(n)))
+        in_use = sum(
+            float(p.per_hour)
+            for n, c in self.pods_on.items()
+            if c and (p := svc.inventory.price(n))
+        )
         return PolicyResult(
             policy=self.policy,
             placed=placed,
@@ -165,14 +177,37 @@ class _Run:
 
 
 def _table(results: list[PolicyResult]) -> str:
-    head = ("policy", "placed", "unplaceable", "GPU mem alloc", "fragmentation", "idle GPUs",
-            "$/h in use", "$/GiB-h", "on-demand pods on spot")
-    rows = [(r.policy, str(r.placed), str(r.unplaceable), f"{r.allocation_rate:.1%}",
-             f"{r.fragmentation:.1%}", str(r.idle_gpus), f"{r.cluster_usd_per_hour:,.2f}",
-             f"{r.usd_per_gib_hour:.4f}", str(r.on_demand_pods_on_spot)) for r in results]
+    head = (
+        "policy",
+        "placed",
+        "unplaceable",
+        "GPU mem alloc",
+        "fragmentation",
+        "idle GPUs",
+        "$/h in use",
+        "$/GiB-h",
+        "on-demand pods on spot",
+    )
+    rows = [
+        (
+            r.policy,
+            str(r.placed),
+            str(r.unplaceable),
+            f"{r.allocation_rate:.1%}",
+            f"{r.fragmentation:.1%}",
+            str(r.idle_gpus),
+            f"{r.cluster_usd_per_hour:,.2f}",
+            f"{r.usd_per_gib_hour:.4f}",
+            str(r.on_demand_pods_on_spot),
+        )
+        for r in results
+    ]
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
-    line = lambda cells: "  ".join(c.rjust(w) if i else c.ljust(w)  # noqa: E731
-                                   for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
+
+    def line(cells: tuple[str, ...]) -> str:
+        pairs = enumerate(zip(cells, widths, strict=True))
+        return "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in pairs)
+
     return "\n".join([line(head), line(tuple("-" * w for w in widths)), *map(line, rows)])
 
 
@@ -184,12 +219,19 @@ def main(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="headroom-sim-") as tmp:
         token_file = Path(tmp, "token")
         token_file.write_text(TOKEN)
-        with tqdm(total=len(pods) * len(policies), desc="simulating", unit="pod",
-                  file=sys.stderr, disable=None) as progress:
+        with tqdm(
+            total=len(pods) * len(policies),
+            desc="simulating",
+            unit="pod",
+            file=sys.stderr,
+            disable=None,
+        ) as progress:
             for policy in policies:
                 progress.set_postfix_str(policy)
                 db = _db_path(args.db, policy, len(policies), tmp)
-                results.append(_Run(policy, nodes, args, db, str(token_file)).execute(pods, progress))
+                results.append(
+                    _Run(policy, nodes, args, db, str(token_file)).execute(pods, progress)
+                )
         if args.json:
             print(json.dumps([asdict(r) for r in results], indent=2))
         else:

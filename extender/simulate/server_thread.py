@@ -6,6 +6,7 @@ import socket
 import threading
 import time
 from types import TracebackType
+from typing import Any
 
 import uvicorn
 
@@ -20,7 +21,7 @@ def free_port() -> int:
 class ServerThread:
     """``with ServerThread(app) as url:`` serves ``app`` at ``url`` until the block ends."""
 
-    def __init__(self, app: object, port: int | None = None) -> None:
+    def __init__(self, app: Any, port: int | None = None) -> None:
         self.port = port or free_port()
         config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
                                 access_log=False, lifespan="off")

@@ -45,13 +45,26 @@ class SimPod:
         return {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": self.name, "namespace": self.namespace, "uid": self.uid,
-                         "labels": {"team": self.team, "app": self.name.rsplit("-", 1)[0]},
-                         "annotations": annotations},
-            "spec": {"schedulerName": "default-scheduler", "containers": [{
-                "name": "main", "image": "nvcr.io/nvidia/pytorch:25.01-py3",
-                "resources": {"limits": {**gpu, "cpu": "4", "memory": "16Gi"},
-                              "requests": {**gpu, "cpu": "4", "memory": "16Gi"}}}]},
+            "metadata": {
+                "name": self.name,
+                "namespace": self.namespace,
+                "uid": self.uid,
+                "labels": {"team": self.team, "app": self.name.rsplit("-", 1)[0]},
+                "annotations": annotations,
+            },
+            "spec": {
+                "schedulerName": "default-scheduler",
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "nvcr.io/nvidia/pytorch:25.01-py3",
+                        "resources": {
+                            "limits": {**gpu, "cpu": "4", "memory": "16Gi"},
+                            "requests": {**gpu, "cpu": "4", "memory": "16Gi"},
+                        },
+                    }
+                ],
+            },
             "status": {"phase": "Pending"},
         }
 
@@ -62,25 +75,22 @@ def make_workload(n: int, seed: int) -> list[SimPod]:
     t = 0.0
     for i in range(n):
         t += rng.expovariate(1 / ARRIVAL_GAP_S)
-        share_pick = rng.random()
-        acc = 0.0
-        for share, gpus, mems in SHAPES:
-            acc += share
-            if share_pick <= acc:
-                break
+        _, gpus, mems = rng.choices(SHAPES, weights=[s[0] for s in SHAPES])[0]
         count = gpus or rng.choice((2, 4, 8))
         memory = rng.choice(mems) if mems else None
         ns, team = rng.choice(NAMESPACES)
-        pods.append(SimPod(
-            uid=f"{seed:04x}0000-0000-4000-8000-{i:012x}",
-            name=f"{ns}-job-{i}",
-            namespace=ns,
-            team=team,
-            gpus=count,
-            memory_gib=memory,
-            on_demand_only=rng.random() < ON_DEMAND_ONLY_SHARE,
-            arrival_s=t,
-            lifetime_s=rng.expovariate(1 / MEAN_LIFETIME_S),
-            usage_fraction=rng.uniform(0.5, 0.95),
-        ))
+        pods.append(
+            SimPod(
+                uid=f"{seed:04x}0000-0000-4000-8000-{i:012x}",
+                name=f"{ns}-job-{i}",
+                namespace=ns,
+                team=team,
+                gpus=count,
+                memory_gib=memory,
+                on_demand_only=rng.random() < ON_DEMAND_ONLY_SHARE,
+                arrival_s=t,
+                lifetime_s=rng.expovariate(1 / MEAN_LIFETIME_S),
+                usage_fraction=rng.uniform(0.5, 0.95),
+            )
+        )
     return pods

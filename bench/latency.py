@@ -1,0 +1,187 @@
+"""filter+prioritize latency at 100 / 1,000 / 5,000 nodes, NodeNames and Nodes modes,
+from a real HTTP client over loopback to ``headroom serve`` in its own process, next to
+the floor (a trivial endpoint on the same server receiving the same bodies).
+
+    .venv/bin/python bench/latency.py [--sizes 100,1000,5000] [--requests 200] \
+        [--out docs/bench-latency.md]
+
+"warm": every request has the same shape (the per-node evaluation cache hits, as for a
+burst of replicas); "cold": every request a new memory ask (every node evaluated afresh).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import msgspec
+from tqdm import tqdm
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from drivers.agent import build_report  # noqa: E402
+from drivers.simulated import SimulatedDriver  # noqa: E402
+from extender.clock import SystemClock  # noqa: E402
+from extender.httpclient import make_client  # noqa: E402
+from extender.simulate.server_thread import free_port  # noqa: E402
+
+NODE = json.loads((ROOT / "tests/fixtures/node_g5_12xlarge.json").read_text())
+
+
+def node_object(name: str) -> dict[str, Any]:
+    n = copy.deepcopy(NODE)
+    n["metadata"]["name"] = name
+    n["metadata"]["labels"]["kubernetes.io/hostname"] = name
+    return n
+
+
+def pod(i: int, memory_mib: int) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": f"bench-{i}",
+            "namespace": "bench",
+            "uid": f"uid-bench-{i}",
+            "annotations": {"headroom.dev/gpu-memory": f"{memory_mib}Mi"},
+        },
+        "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+    }
+
+
+def start_server(tmp: str) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "bench/serve_with_floor.py"), str(port), f"{tmp}/bench.db"],
+        cwd=ROOT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(200):
+        try:
+            if httpx.get(url + "/healthz").status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    raise RuntimeError("server did not start")
+
+
+def report_nodes(client: httpx.Client, names: list[str]) -> None:
+    clock = SystemClock()
+    for i, name in enumerate(tqdm(names, desc="agent reports", leave=False, file=sys.stderr)):
+        d = SimulatedDriver("4xA10G:24Gi", seed=i, node=name, clock=clock)
+        for j, uuid in enumerate(d.gpu_uuids[: i % 4]):
+            d.start_process(f"pod-{i}-{j}", uuid, 2048 * (1 + (i + j) % 8))
+        rep = build_report(
+            d,
+            name,
+            d.attribute,
+            clock,
+            labels={
+                "node.kubernetes.io/instance-type": "g5.12xlarge",
+                "karpenter.sh/capacity-type": "spot" if i % 2 else "on-demand",
+            },
+        )
+        client.post("/v1/reports", content=msgspec.json.encode(rep)).raise_for_status()
+
+
+def timed(client: httpx.Client, path: str, body: bytes) -> float:
+    t = time.perf_counter()
+    r = client.post(path, content=body, headers={"Content-Type": "application/json"})
+    r.raise_for_status()
+    return time.perf_counter() - t
+
+
+def measure(
+    client: httpx.Client, names: list[str], mode: str, shape: str, n: int
+) -> dict[str, float]:
+    nodes = [node_object(x) for x in names] if mode == "Nodes" else None
+    ours, floor = [], []
+    for i in tqdm(
+        range(n), desc=f"{len(names)} nodes {mode} {shape}", leave=False, file=sys.stderr
+    ):
+        mem = 4096 if shape == "warm" else 1024 + i
+        args: dict[str, Any] = {"Pod": pod(i, mem), "NodeNames": None, "Nodes": None}
+        if nodes is None:
+            args["NodeNames"] = names
+        else:
+            args["Nodes"] = {"metadata": {}, "items": nodes}
+        body = msgspec.json.encode(args)
+        # the scheduler's sequence: filter, then prioritize on the passing set (all pass here)
+        ours.append(timed(client, "/filter", body) + timed(client, "/prioritize", body))
+        floor.append(timed(client, "/floor", body) + timed(client, "/floor", body))
+    return {
+        "p50": statistics.median(ours) * 1e3,
+        "p99": _p99(ours) * 1e3,
+        "floor_p50": statistics.median(floor) * 1e3,
+        "floor_p99": _p99(floor) * 1e3,
+        "body_kib": len(body) / 1024,
+    }
+
+
+def _p99(xs: list[float]) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, round(0.99 * (len(s) - 1)))]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="100,1000,5000")
+    ap.add_argument("--requests", type=int, default=200)
+    ap.add_argument("--nodes-mode-requests", type=int, default=40)
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        proc, url = start_server(tmp)
+        try:
+            with make_client(url, timeout=120) as client:
+                names = [f"node-{i:05d}" for i in range(max(sizes))]
+                report_nodes(client, names)
+                for size in sizes:
+                    for mode in ("NodeNames", "Nodes"):
+                        for shape in ("warm", "cold"):
+                            n = args.requests if mode == "NodeNames" else args.nodes_mode_requests
+                            rows.append(
+                                (
+                                    size,
+                                    mode,
+                                    shape,
+                                    n,
+                                    measure(client, names[:size], mode, shape, n),
+                                )
+                            )
+        finally:
+            proc.terminate()
+            proc.wait()
+    table = render(rows)
+    print(table)
+    if args.out:
+        Path(args.out).write_text(table + "\n")
+
+
+def render(rows: list[tuple[int, str, str, int, dict[str, float]]]) -> str:
+    out = [
+        "| nodes | mode | shape | requests | body KiB | p50 ms | p99 ms | floor p50 ms "
+        "| floor p99 ms | p99 / floor p99 |",
+        "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for size, mode, shape, n, m in rows:
+        out.append(
+            f"| {size} | {mode} | {shape} | {n} | {m['body_kib']:.0f} | {m['p50']:.2f} | "
+            f"{m['p99']:.2f} | {m['floor_p50']:.2f} | {m['floor_p99']:.2f} | "
+            f"{m['p99'] / m['floor_p99']:.2f}x |"
+        )
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,30 @@
+"""The extender as ``headroom serve`` runs it, plus ``POST /floor``: a trivial endpoint on
+the same server that reads the same body and answers ``{}`` -- the latency floor that
+filter/prioritize are compared against. Benchmark use only."""
+
+from __future__ import annotations
+
+import sys
+
+import uvicorn
+from fastapi import Request
+from fastapi.responses import Response
+
+from extender.app import build
+from extender.settings import Settings
+
+
+def main() -> None:
+    port, db = int(sys.argv[1]), sys.argv[2]
+    built = build(Settings(db=db, allow_unauthenticated_reports=True, stale_after=3600))
+
+    @built.app.post("/floor")
+    async def floor(request: Request) -> Response:
+        await request.body()
+        return Response(b"{}", media_type="application/json")
+
+    uvicorn.run(built.app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+
+
+if __name__ == "__main__":
+    main()

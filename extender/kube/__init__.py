@@ -1,0 +1,1 @@
+"""Kubernetes edge: API client, the binder, watches that feed inventory and lifecycle."""

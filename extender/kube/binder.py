@@ -1,0 +1,81 @@
+"""The Kubernetes binder: annotate the pod with its grant, then create its Binding.
+
+Order matters: the annotations (``headroom.dev/gpu-uuids``, ``headroom.dev/gpu-memory-mib``)
+are written before the Binding so whatever starts the pod on the node sees the grant,
+and an extender that restarts can rebuild reservations from live pods. Transient API
+errors are retried within a deadline shorter than kube-scheduler's extender timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from extender.binder import BindError
+from extender.kube.client import api_client, is_transient
+from extender.retry import call_with_retry
+
+BIND_DEADLINE_S = 3.0  # kube-scheduler's default httpTimeout is 5 s
+
+
+class KubeBinder:
+    def __init__(self, api: client.ApiClient, deadline_s: float = BIND_DEADLINE_S) -> None:
+        self.core = client.CoreV1Api(api)
+        self.deadline_s = deadline_s
+
+    @classmethod
+    def from_config(cls, kubeconfig: str | None) -> KubeBinder:
+        return cls(api_client(kubeconfig))
+
+    def bind(
+        self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]
+    ) -> None:
+        try:
+            if annotations:
+                self._retry(lambda: self._annotate(namespace, name, uid, annotations))
+            self._retry(lambda: self._bind(namespace, name, uid, node))
+        except ApiException as e:
+            raise BindError(_explain(e, namespace, name)) from None
+        except Exception as e:
+            raise BindError(f"pod {namespace}/{name}: API server unreachable: {e}") from None
+
+    def _retry(self, fn: object) -> None:
+        call_with_retry(fn, is_transient, deadline_s=self.deadline_s)  # type: ignore[arg-type]
+
+    def _annotate(self, namespace: str, name: str, uid: str, annotations: dict[str, str]) -> None:
+        # metadata.uid in the patch makes it fail if the pod was replaced under the same name
+        body = {"metadata": {"uid": uid, "annotations": annotations}}
+        self.core.patch_namespaced_pod(name, namespace, body)
+
+    def _bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        binding = client.V1Binding(
+            metadata=client.V1ObjectMeta(name=name, namespace=namespace, uid=uid),
+            target=client.V1ObjectReference(api_version="v1", kind="Node", name=node),
+        )
+        try:
+            # _preload_content=False: the generated client cannot deserialize the reply
+            self.core.create_namespaced_pod_binding(
+                name, namespace, binding, _preload_content=False
+            )
+        except ApiException as e:
+            if e.status == 409 and self._bound_to(namespace, name) == node:
+                return  # already bound here: binding again is a no-op
+            raise
+
+    def _bound_to(self, namespace: str, name: str) -> str | None:
+        raw: Any = self.core.read_namespaced_pod(name, namespace, _preload_content=False)
+        node: str | None = json.loads(raw.data).get("spec", {}).get("nodeName")
+        return node
+
+
+def _explain(e: ApiException, namespace: str, name: str) -> str:
+    reason = ""
+    with contextlib.suppress(ValueError):
+        reason = json.loads(e.body or "{}").get("message", "")
+    if e.status == 404:
+        return f"pod {namespace}/{name} no longer exists (deleted while binding)"
+    return f"pod {namespace}/{name}: API {e.status} {e.reason}: {reason}".rstrip(": ")

@@ -1,0 +1,132 @@
+"""Feeds the service from the cluster: node facts, pod lifecycle, node deletion.
+
+- Node added/changed -> inventory facts (labels, taints, deletion); Node deleted ->
+  its allocations end with reason ``node-deleted`` (consolidation, spot interruption).
+- Pod Running -> ``started``; Succeeded/Failed/deleted -> released with that reason.
+- On every (re-)list: ledger allocations whose pod no longer exists are released, and
+  live pods carrying a grant annotation but unknown to the ledger are re-reserved, so a
+  restart neither loses nor double-counts a reservation.
+Nothing here runs on the filter/prioritize path.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import msgspec
+from kubernetes import client
+from kubernetes.dynamic import DynamicClient
+
+from extender.inventory import Grant
+from extender.kube.watch import Kind, Watcher
+from extender.nodefacts import facts_from_node
+from extender.protocol import Node, Pod
+from extender.service import ANN_GPU_MEMORY_MIB, ANN_GPU_UUIDS, SchedulingService
+
+log = logging.getLogger("headroom.kube.sync")
+
+NODES = Kind("v1", "Node")
+PODS = Kind("v1", "Pod")
+ENDED = {"Succeeded": "succeeded", "Failed": "failed"}
+
+
+class ClusterSync:
+    def __init__(self, api: client.ApiClient, service: SchedulingService) -> None:
+        self.service = service
+        self.dyn = DynamicClient(api)
+        self.stop = threading.Event()
+        self._pending: dict[str, dict[str, Any]] = {}  # uid -> Pending pod (bind fallback)
+        self._started: set[str] = set()
+        self._lock = threading.Lock()
+        self.watchers = [
+            Watcher(self.dyn, NODES, self._nodes_listed, self._node_event, self.stop),
+            Watcher(self.dyn, PODS, self._pods_listed, self._pod_event, self.stop),
+        ]
+        service.pod_lookup = self._lookup
+
+    def start(self) -> None:
+        for w in self.watchers:
+            w.start()
+
+    def wait_synced(self, timeout: float) -> bool:
+        return all(w.synced.wait(timeout) for w in self.watchers)
+
+    def close(self) -> None:
+        for w in self.watchers:
+            w.halt()
+
+    # --- nodes ---------------------------------------------------------------------------
+
+    def _nodes_listed(self, items: list[dict[str, Any]]) -> None:
+        live = set()
+        for obj in items:
+            self._node_event("ADDED", obj)
+            live.add(obj["metadata"]["name"])
+        for a in self.service.ledger.active():
+            if a.node.name not in live:
+                self.service.node_gone(a.node.name, "node-deleted")
+
+    def _node_event(self, kind: str, obj: dict[str, Any]) -> None:
+        node = msgspec.convert(obj, Node)
+        if kind == "DELETED":
+            ended = self.service.node_gone(node.metadata.name, "node-deleted")
+            log.info("node deleted", extra={"node": node.metadata.name, "allocations_ended": ended})
+            return
+        self.service.inventory.update_facts(facts_from_node(node))
+
+    # --- pods ----------------------------------------------------------------------------
+
+    def _pods_listed(self, items: list[dict[str, Any]]) -> None:
+        live = {obj["metadata"]["uid"] for obj in items}
+        for a in self.service.ledger.active():
+            if a.pod.uid not in live:
+                self.service.release(a.pod.uid, "pod-gone")
+        for obj in items:
+            self._pod_event("ADDED", obj)
+
+    def _pod_event(self, kind: str, obj: dict[str, Any]) -> None:
+        meta, status = obj.get("metadata") or {}, obj.get("status") or {}
+        uid, phase = meta.get("uid", ""), status.get("phase", "")
+        node = (obj.get("spec") or {}).get("nodeName")
+        with self._lock:
+            if kind != "DELETED" and phase == "Pending" and not node:
+                self._pending[uid] = obj
+            else:
+                self._pending.pop(uid, None)
+        if kind == "DELETED":
+            self._end(uid, "deleted")
+        elif phase in ENDED:
+            self._end(uid, ENDED[phase])
+        elif node:
+            self._readopt(uid, meta, node)
+            if phase == "Running" and uid not in self._started:
+                self._started.add(uid)
+                self.service.started(uid)
+
+    def _end(self, uid: str, reason: str) -> None:
+        self._started.discard(uid)
+        if self.service.inventory.grants_of(uid) or self.service.ledger.for_pod(uid):
+            self.service.release(uid, reason)
+
+    def _readopt(self, uid: str, meta: dict[str, Any], node: str) -> None:
+        """A bound pod with a grant annotation the inventory does not hold (restart)."""
+        ann = meta.get("annotations") or {}
+        if ANN_GPU_UUIDS not in ann or self.service.inventory.grants_of(uid):
+            return
+        if any(a.status != "failed" for a in self.service.ledger.for_pod(uid)
+               if a.ended_at is None):
+            return
+        try:
+            mib = int(ann.get(ANN_GPU_MEMORY_MIB, "0"))
+        except ValueError:
+            return
+        grants = [Grant(uid, meta.get("namespace", ""), meta.get("name", ""), node, u, mib)
+                  for u in ann[ANN_GPU_UUIDS].split(",") if u]
+        self.service.inventory.reserve(grants)
+
+    def _lookup(self, uid: str) -> Pod | None:
+        with self._lock:
+            obj = self._pending.get(uid)
+        return msgspec.convert(obj, Pod) if obj is not None else None

@@ -1,0 +1,44 @@
+"""The allocation ledger: the product's record of truth for who got which GPU memory.
+
+``open_ledger(target, clock)`` picks the backend: a ``postgresql://`` or
+``postgres://`` DSN opens PostgreSQL, anything else is a SQLite file path.
+"""
+
+from __future__ import annotations
+
+from extender.chargeback import ChargebackReport, compute
+from extender.clock import Clock
+from extender.ledger.base import Ledger
+from extender.ledger.sql import Hooks, SqlLedger
+
+__all__ = ["Ledger", "SqlLedger", "chargeback_report", "is_dsn", "open_ledger"]
+
+
+def is_dsn(target: str) -> bool:
+    return target.startswith(("postgresql://", "postgres://"))
+
+
+def open_ledger(target: str, clock: Clock, hooks: Hooks | None = None) -> Ledger:
+    """Open (and migrate) the ledger at ``target``; raises ``LedgerUnavailable``.
+
+    ``hooks`` default to the process metrics (``extender.metrics.METRICS``).
+    """
+    del clock  # writes carry their own timestamps; kept for the stable signature
+    if hooks is None:
+        from extender.metrics import METRICS
+
+        hooks = METRICS
+    if is_dsn(target):
+        from extender.ledger.postgres import PostgresDialect  # psycopg only when used
+
+        return SqlLedger(PostgresDialect(target), hooks)
+    from extender.ledger.sqlite import SqliteDialect
+
+    return SqlLedger(SqliteDialect(target), hooks)
+
+
+def chargeback_report(ledger: Ledger, start: float, end: float, group_by: str, now: float
+                      ) -> ChargebackReport:
+    """Read the window's rows and node periods, then price them (pure ``compute``)."""
+    return compute(ledger.charge_rows(start, end), ledger.node_periods(start, end), start, end,
+                   now, group_by)

@@ -1,0 +1,110 @@
+"""SQLite dialect: one file, WAL, safe across threads and processes.
+
+Each thread gets its own connection (autocommit mode, explicit transactions). Writes
+use ``BEGIN IMMEDIATE`` so the write lock is taken up front — two writers never
+both read and then both try to upgrade (which SQLite resolves by failing one with
+SQLITE_BUSY mid-transaction). ``busy_timeout`` makes a waiting writer sleep-retry
+instead of failing; past it the write raises ``LedgerUnavailable``.
+``synchronous=FULL``: a commit has reached the disk before ``record_decision``
+returns, so a crash or power loss cannot un-make a Binding's record.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, suppress
+from decimal import Decimal
+
+from extender.allocation import LedgerUnavailable
+from extender.ledger.sql import UniqueConflict
+
+TYPES = {"id": "INTEGER PRIMARY KEY AUTOINCREMENT", "real": "REAL", "money": "TEXT",
+         "text": "TEXT"}
+
+
+class SqliteDialect:
+    name = "sqlite"
+    types = TYPES
+
+    def __init__(self, path: str, busy_timeout_s: float = 30.0, synchronous: str = "FULL"
+                 ) -> None:
+        self.path = path
+        self.busy_timeout_s = busy_timeout_s
+        self.synchronous = synchronous
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is not None:
+            return conn
+        if self._closed:
+            raise LedgerUnavailable("ledger is closed")
+        try:
+            conn = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None,
+                                   check_same_thread=False)
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+        except sqlite3.Error as exc:
+            raise LedgerUnavailable(f"sqlite {self.path}: {exc}") from exc
+        self._local.conn = conn
+        with self._lock:
+            self._all.append(conn)
+        return conn
+
+    @contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        conn = self._conn()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise LedgerUnavailable(f"sqlite {self.path}: cannot begin write: {exc}") from exc
+        try:
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            _rollback(conn)
+            if isinstance(exc, sqlite3.IntegrityError):
+                raise UniqueConflict(str(exc)) from exc
+            if isinstance(exc, sqlite3.Error):
+                raise LedgerUnavailable(f"sqlite {self.path}: {exc}") from exc
+            raise
+
+    @contextmanager
+    def read(self) -> Iterator[sqlite3.Connection]:
+        conn = self._conn()
+        try:
+            conn.execute("BEGIN")  # one snapshot for multi-statement reads
+            try:
+                yield conn
+            finally:
+                _rollback(conn)
+        except sqlite3.Error as exc:
+            raise LedgerUnavailable(f"sqlite {self.path}: {exc}") from exc
+
+    def migrate(self) -> AbstractContextManager[sqlite3.Connection]:
+        return self.write()  # BEGIN IMMEDIATE already serialises processes
+
+    def sql(self, statement: str) -> str:
+        return statement
+
+    def money(self, value: Decimal) -> str:
+        return str(value)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            conns, self._all = self._all, []
+        for c in conns:
+            c.close()
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    if conn.in_transaction:
+        with suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")

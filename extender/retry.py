@@ -1,0 +1,44 @@
+"""The one retry policy: exponential backoff with full jitter, bounded in time.
+
+Bounded because every caller sits on someone's deadline (kube-scheduler's httpTimeout
+for a bind, the agent's report interval): a retry that outlives the deadline only adds
+load to whatever is already failing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+from tenacity import (
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_random_exponential,
+)
+
+T = TypeVar("T")
+
+
+def retrying(
+    transient: Callable[[BaseException], bool],
+    *,
+    deadline_s: float,
+    attempts: int = 5,
+    base_s: float = 0.05,
+    cap_s: float = 2.0,
+) -> Retrying:
+    """A tenacity ``Retrying`` that retries ``transient`` errors until the deadline."""
+    return Retrying(
+        retry=retry_if_exception(transient),
+        wait=wait_random_exponential(multiplier=base_s, max=cap_s),
+        stop=stop_after_delay(deadline_s) | stop_after_attempt(attempts),
+        reraise=True,
+    )
+
+
+def call_with_retry(
+    fn: Callable[[], T], transient: Callable[[BaseException], bool], *, deadline_s: float
+) -> T:
+    return retrying(transient, deadline_s=deadline_s)(fn)

@@ -1,0 +1,139 @@
+"""The extender protocol over real HTTP, with bodies shaped as kube-scheduler sends them."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from extender.allocation import Sharing, Status
+from tests.support import Extender, gpu_pod, real_node, running_extender
+
+FILTER_KEYS = {"NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}
+
+
+@pytest.fixture
+def ext(tmp_path: Path):  # type: ignore[no-untyped-def]
+    with running_extender(tmp_path, policy="binpack") as e:
+        e.add_node("n-spot", "4xA10G:24Gi", capacity_type="spot")
+        e.add_node("n-od", "4xA10G:24Gi", capacity_type="on-demand")
+        yield e
+
+
+def nodes_mode(pod: dict[str, Any], nodes: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"Pod": pod, "Nodes": {"metadata": {}, "items": nodes}, "NodeNames": None}
+
+
+def test_filter_nodes_mode_echoes_full_nodes_and_gives_reasons(ext: Extender) -> None:
+    disrupted = real_node("n-od", capacity_type="on-demand",
+                          taints=[{"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}])
+    items = [real_node("n-spot"), disrupted, real_node("n-unknown")]
+    r = ext.post("filter", nodes_mode(gpu_pod("p1", memory="10Gi"), items))
+    assert r.status_code == 200
+    body = r.json()
+    assert set(body) == FILTER_KEYS | {"Nodes"}
+    assert body["Error"] == "" and body["NodeNames"] is None
+    assert body["Nodes"]["items"] == [items[0]]  # the passing Node, byte-for-byte the same object
+    assert "karpenter.sh/disrupted" in body["FailedAndUnresolvableNodes"]["n-od"]
+    assert "no report from the headroom agent" in body["FailedAndUnresolvableNodes"]["n-unknown"]
+    assert body["FailedNodes"] == {}
+
+
+def test_filter_node_names_mode_and_exact_reply_keys(ext: Extender) -> None:
+    pod = gpu_pod("p2", gpus=2, memory="30Gi")  # bigger than an A10G
+    r = ext.post("filter", ext.schedule_args(pod, ["n-spot", "n-od"]))
+    body = r.json()
+    assert set(body) == FILTER_KEYS
+    assert body["NodeNames"] == []
+    assert "30.0 GiB" in body["FailedAndUnresolvableNodes"]["n-spot"]
+
+
+def test_on_demand_only_pod_never_passes_spot(ext: Extender) -> None:
+    pod = gpu_pod("p3", memory="4Gi", annotations={"karpenter.sh/do-not-disrupt": "true"})
+    body = ext.post("filter", ext.schedule_args(pod, ["n-spot", "n-od"])).json()
+    assert body["NodeNames"] == ["n-od"]
+    assert "spot" in body["FailedAndUnresolvableNodes"]["n-spot"]
+
+
+def test_prioritize_prefers_cheap_headroom(ext: Extender) -> None:
+    r = ext.post("prioritize", ext.schedule_args(gpu_pod("p4", memory="8Gi"), ["n-spot", "n-od"]))
+    scores = r.json()
+    assert isinstance(scores, list)
+    assert all(set(s) == {"Host", "Score"} and isinstance(s["Score"], int) for s in scores)
+    by_host = {s["Host"]: s["Score"] for s in scores}
+    assert all(0 <= v <= 10 for v in by_host.values())
+    assert by_host["n-spot"] > by_host["n-od"]  # same GPUs, spot is 60% cheaper
+
+
+def test_bind_records_the_decision_and_annotates(ext: Extender) -> None:
+    pod = gpu_pod("p5", gpus=2, memory="10Gi")
+    ext.post("filter", ext.schedule_args(pod, ["n-od"]))
+    r = ext.post("bind", {"PodName": "p5", "PodNamespace": "ml", "PodUID": "uid-p5",
+                          "Node": "n-od"})
+    assert r.json() == {"Error": ""}
+    rows = ext.built.service.ledger.for_pod("uid-p5")
+    assert len(rows) == 2 and {a.status for a in rows} == {Status.BOUND}
+    assert {a.grant.memory_mib for a in rows} == {10240}
+    assert all(a.grant.sharing is Sharing.SHARED and a.node.instance_type == "g5.12xlarge"
+               for a in rows)
+    ann = ext.built.service.binder.annotations_of("uid-p5")  # type: ignore[attr-defined]
+    assert set(ann["headroom.dev/gpu-uuids"].split(",")) == {a.grant.gpu_uuid for a in rows}
+    assert ann["headroom.dev/gpu-memory-mib"] == "10240"
+    # binding again to the same node is idempotent; to another node it is refused
+    again = {"PodName": "p5", "PodNamespace": "ml", "PodUID": "uid-p5", "Node": "n-od"}
+    assert ext.post("bind", again).json() == {"Error": ""}
+    assert len(ext.built.service.ledger.for_pod("uid-p5")) == 2
+    moved = ext.post("bind", {**again, "Node": "n-spot"}).json()
+    assert "already holds GPUs on node n-od" in moved["Error"]
+
+
+def test_whole_gpu_grant_is_exclusive_and_priced_as_the_whole_gpu(ext: Extender) -> None:
+    ext.post("filter", ext.schedule_args(gpu_pod("p6"), ["n-od"]))
+    ext.post("bind", {"PodName": "p6", "PodNamespace": "ml", "PodUID": "uid-p6", "Node": "n-od"})
+    (row,) = ext.built.service.ledger.for_pod("uid-p6")
+    assert row.grant.sharing is Sharing.EXCLUSIVE
+    assert row.grant.memory_mib == row.grant.gpu_total_mib == 24576
+    assert row.grant.price_per_hour == Decimal("5.672") / 4
+
+
+def test_preempt_keeps_only_nodes_where_victims_free_enough(ext: Extender) -> None:
+    for i in range(4):  # fill n-od with four whole-GPU pods
+        ext.post("filter", ext.schedule_args(gpu_pod(f"w{i}"), ["n-od"]))
+        bound = ext.post("bind", {"PodName": f"w{i}", "PodNamespace": "ml",
+                                  "PodUID": f"uid-w{i}", "Node": "n-od"})
+        assert bound.json()["Error"] == ""
+    pod = gpu_pod("big", gpus=2)
+    args = {"Pod": pod, "NodeNameToVictims": None, "NodeNameToMetaVictims": {
+        "n-od": {"Pods": [{"UID": "uid-w0"}, {"UID": "uid-w1"}], "NumPDBViolations": 0},
+        "n-spot": {"Pods": [], "NumPDBViolations": 0}}}
+    kept = ext.post("preempt", args).json()["NodeNameToMetaVictims"]
+    assert kept["n-od"]["Pods"] == [{"UID": "uid-w0"}, {"UID": "uid-w1"}]
+    assert "n-spot" in kept  # fits already: empty victims are kept (kubernetes PR #135486)
+    one = {**args, "NodeNameToMetaVictims": {"n-od": {"Pods": [{"UID": "uid-w0"}],
+                                                       "NumPDBViolations": 0}}}
+    assert ext.post("preempt", one).json() == {"NodeNameToMetaVictims": {}}
+
+
+def test_non_gpu_pod_passes_every_node_untouched(ext: Extender) -> None:
+    items = [real_node("cpu-a"), real_node("cpu-b")]
+    body = ext.post("filter", nodes_mode(gpu_pod("web", gpus=0), items)).json()
+    assert body["Nodes"]["items"] == items and body["FailedNodes"] == {}
+    scores = ext.post("prioritize", ext.schedule_args(gpu_pod("web", gpus=0), ["cpu-a"])).json()
+    assert scores == [{"Host": "cpu-a", "Score": 0}]
+
+
+CAPTURED = Path(__file__).parent / "fixtures" / "scheduler_requests"
+
+
+@pytest.mark.skipif(not (CAPTURED / "filter.json").exists(), reason="no captured traffic yet")
+def test_bodies_captured_from_the_real_kube_scheduler_decode(ext: Extender) -> None:
+    """Requests recorded from kube-scheduler (tests/e2e) are understood field for field."""
+    for verb in ("filter", "prioritize", "preempt"):
+        body = json.loads((CAPTURED / f"{verb}.json").read_text())
+        r = ext.post(verb, body)
+        assert r.status_code == 200, r.text
+    bind = json.loads((CAPTURED / "bind.json").read_text())
+    assert set(bind) == {"PodName", "PodNamespace", "PodUID", "Node"}
