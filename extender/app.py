@@ -21,6 +21,7 @@ from extender.scoring import Limits, Weights, policy_by_name
 from extender.server import create_app
 from extender.service import SchedulingService, ServiceConfig
 from extender.settings import Settings
+from extender.webhook import WebhookPolicy
 
 
 @dataclass
@@ -66,5 +67,11 @@ def build(settings: Settings, clock: Clock | None = None, binder: Binder | None 
         agent_token=token,
         allow_unauthenticated_reports=settings.allow_unauthenticated_reports,
         ready=(lambda: sync.wait_synced(0)) if sync else (lambda: True),
+        webhook=WebhookPolicy(
+            mode=settings.webhook_mode,
+            exempt_namespaces=frozenset(
+                ns.strip() for ns in settings.webhook_exempt_namespaces.split(",") if ns.strip()
+            ),
+        ),
     )
     return Built(service, app, sync)

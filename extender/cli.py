@@ -28,6 +28,10 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
                    "(default: standalone, in-process binder)")
     p.add_argument("--in-cluster", action="store_true", default=None,
                    help="use the pod's ServiceAccount to reach the cluster")
+    p.add_argument("--webhook-mode", choices=("deny", "warn"),
+                   help="admission guardrail: deny pods that see GPUs they were not given, "
+                   "or only warn (default deny)")
+    p.add_argument("--webhook-exempt-namespaces", help="comma-separated (default kube-system)")
     p.add_argument("--log-level", help="debug, info, warning, error")
     p.set_defaults(func=_serve)
 
@@ -82,15 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _optional_commands() -> list[Callable[[Any], object]]:
     from drivers.cli import add_agent_command
+    from extender.dra.cli import add_claim_command
     from extender.ledger_cli import add_ledger_command
 
     commands: list[Callable[[Any], object]] = [add_agent_command, add_ledger_command]
-    try:
-        from extender.dra.cli import add_claim_command
-
-        commands.append(add_claim_command)
-    except ImportError:
-        pass
+    commands.append(add_claim_command)
     return commands
 
 

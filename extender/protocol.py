@@ -59,9 +59,20 @@ class PodSpec(msgspec.Struct):
     nodeName: str | None = None
 
 
+class PodResourceClaimStatus(msgspec.Struct):
+    name: str = ""
+    resourceClaimName: str | None = None
+
+
+class PodStatus(msgspec.Struct):
+    phase: str | None = None
+    resourceClaimStatuses: list[PodResourceClaimStatus] | None = None
+
+
 class Pod(msgspec.Struct):
     metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
     spec: PodSpec = msgspec.field(default_factory=PodSpec)
+    status: PodStatus = msgspec.field(default_factory=PodStatus)
 
 
 class Taint(msgspec.Struct):

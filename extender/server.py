@@ -28,6 +28,7 @@ from extender.protocol import (
 )
 from extender.reports import MAX_REPORT_BYTES, report_decoder, validate_report
 from extender.service import SchedulingService
+from extender.webhook import WebhookPolicy, webhook_router
 
 log = logging.getLogger("headroom.server")
 JSON = "application/json"
@@ -67,8 +68,10 @@ def create_app(
     agent_token: TokenFile | None = None,
     allow_unauthenticated_reports: bool = False,
     ready: Callable[[], bool] = lambda: True,
+    webhook: WebhookPolicy | None = None,
 ) -> FastAPI:
     app = FastAPI(title="headroom extender", version=__version__)
+    app.include_router(webhook_router(webhook or WebhookPolicy()))
 
     @app.exception_handler(BodyTooLarge)
     async def _too_large(_: Request, e: BodyTooLarge) -> Response:

@@ -27,6 +27,9 @@ from extender.allocation import (
 from extender.binder import Binder, BindError
 from extender.clock import Clock
 from extender.demand import DemandError, GpuDemand, demand_of
+from extender.dra.feasibility import DeviceKey, claim_fits, current_devices, device_uuid
+from extender.dra.ingest import decisions_from_claim
+from extender.dra.state import DraState
 from extender.inventory import Grant, Inventory
 from extender.ledger.base import Ledger
 from extender.ledger_writer import LedgerWriter
@@ -104,6 +107,7 @@ class SchedulingService:
         self.unplaceable_hooks: list[Callable[[PodRef, dict[str, str]], None]] = []
         self.pod_lookup: Callable[[str], Pod | None] = lambda uid: None
         self.writer = LedgerWriter(ledger)
+        self.dra: DraState | None = None  # set when watching a cluster
         self._recorded_nodes: dict[str, tuple[object, ...]] = {}
 
     # --- startup -----------------------------------------------------------------------
@@ -145,8 +149,9 @@ class SchedulingService:
         result = ExtenderFilterResult()
         passing: list[int] = []
         now = self.clock.now()
+        evaluate_node = self._evaluator(args.Pod, demand, now)
         for i, name in enumerate(names):
-            ev = self._evaluate(name, demand, now)
+            ev = evaluate_node(name)
             if ev.fits:
                 passing.append(i)
             elif ev.unresolvable:
@@ -176,8 +181,8 @@ class SchedulingService:
         names = self._names(args)
         if not demand.wants_gpu:
             return [HostPriority(Host=n, Score=0) for n in names]
-        now = self.clock.now()
-        evals = {n: self._evaluate(n, demand, now) for n in names}
+        evaluate_node = self._evaluator(args.Pod, demand, self.clock.now())
+        evals = {n: evaluate_node(n) for n in names}
         prices = {n: v.price_per_gib_hour if (v := self.inventory.view(n)) else None for n in names}
         scores = priorities(evals, prices, self.config.weights)
         return [HostPriority(Host=n, Score=scores[n]) for n in names]
@@ -204,14 +209,44 @@ class SchedulingService:
     def _context(self) -> Context:
         return Context(limits=self.config.limits, mix=self.mix.mix)
 
+    def _evaluator(self, pod: Pod, demand: GpuDemand, now: float) -> Callable[[str], Evaluation]:
+        """The per-node evaluation for this pod: device-plugin GPUs, or DRA claims."""
+        if demand.count > 0 or not demand.dra_claims:
+            return lambda name: self._evaluate(name, demand, now)
+        requests = self.dra.requests_of(pod) if self.dra is not None else None
+        if requests is None or self.dra is None:  # claims not known yet: score headroom only
+            return lambda name: self._evaluate_dra(name, None, now)
+        classes, taken = self.dra.classes(), self.dra.allocated()
+        return lambda name: self._evaluate_dra(name, (requests, classes, taken), now)
+
+    def _evaluate_dra(
+        self, name: str, claim: tuple[list[dict], dict[str, dict], set] | None, now: float
+    ) -> Evaluation:
+        """DRA allocates devices itself (first fit, no scoring): we check the claim fits the
+        node's ResourceSlices and score the node by the measured headroom of those GPUs."""
+        reason = self._unavailable(name, now)
+        if reason:
+            return Evaluation(False, reason, unresolvable=True)
+        view = self.inventory.view(name)
+        assert view is not None
+        if claim is None or self.dra is None:
+            return Evaluation(True, raw=1.0 - view.committed_mib / max(view.total_mib, 1))
+        slices = self.dra.slices_on(name)
+        fit = claim_fits(claim[0], claim[1], slices, claim[2])
+        if not fit.fits:
+            return Evaluation(False, f"DRA claim does not fit this node's devices: {fit.reason}")
+        devices = dict(current_devices(slices))
+        uuids = {device_uuid(devices[DeviceKey(p.driver, p.pool, p.device)]) for p in fit.devices}
+        gpus = [g for g in view.gpus if g.uuid in uuids] or list(view.gpus)
+        free = sum(max(g.total_mib - g.committed_mib, 0) for g in gpus)
+        return Evaluation(True, raw=free / max(sum(g.total_mib for g in gpus), 1))
+
     def _evaluate(self, name: str, demand: GpuDemand, now: float) -> Evaluation:
         reason = self._unavailable(name, now)
         if reason:
             return Evaluation(False, reason, unresolvable=True)
         view = self.inventory.view(name)
         assert view is not None  # _unavailable checked it
-        if demand.count == 0:  # DRA-only: the DRA plugin filters devices; we score headroom
-            return Evaluation(True, raw=1.0 - view.committed_mib / max(view.total_mib, 1))
         key = (name, view.version, demand.key, demand.capacity, self.mix.version)
         ev = self._evals.get(key)
         if ev is None:
@@ -370,6 +405,42 @@ class SchedulingService:
         ended = self.ledger.release_node(node, now, reason)
         self.ledger.node_gone(node, now, reason)
         return ended
+
+    def ingest_claim(self, claim: dict, pods: dict[str, PodRef]) -> int:
+        """Record an allocated ResourceClaim's devices for each pod it is reserved for
+        (idempotent); returns the pods newly recorded. Raises ClaimIngestError while the
+        slices or node are not known yet (the caller retries)."""
+        if self.dra is None:
+            return 0
+        now = self.clock.now()
+        decisions = decisions_from_claim(
+            claim, self.dra.all_slices(), pods, self._node_ref, self._gpu_price, now
+        )
+        recorded = 0
+        for d in decisions:
+            if self.inventory.grants_of(d.pod.uid) or any(
+                a.ended_at is None for a in self.ledger.for_pod(d.pod.uid)
+            ):
+                continue
+            self.ledger.record_decision(d)
+            self.ledger.mark_bound(d.pod.uid, now)
+            self.inventory.reserve([
+                Grant(d.pod.uid, d.pod.namespace, d.pod.name, d.node.name, g.gpu_uuid,
+                      g.memory_mib)
+                for g in d.grants
+            ])
+            recorded += 1
+        return recorded
+
+    def _node_ref(self, name: str) -> NodeRef:
+        facts = self.inventory.facts(name)
+        if facts is None:
+            return NodeRef(name)
+        return NodeRef(name, facts.instance_type, facts.capacity_type, facts.zone, facts.nodepool)
+
+    def _gpu_price(self, name: str) -> Decimal | None:
+        price = self.inventory.price(name)
+        return price.per_gpu_hour if price else None
 
     # --- preempt -------------------------------------------------------------------------
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -24,5 +26,7 @@ class Settings(BaseSettings):
     allow_unauthenticated_reports: bool = False
     kubeconfig: str | None = None
     in_cluster: bool = False
+    webhook_mode: Literal["deny", "warn"] = "deny"
+    webhook_exempt_namespaces: str = "kube-system"  # comma-separated
     max_body_bytes: int = Field(64 * 1024 * 1024, gt=0)
     log_level: str = "info"

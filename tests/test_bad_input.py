@@ -106,3 +106,19 @@ def test_report_refusals_change_nothing(ext: Extender) -> None:
     assert "n9" not in ext.built.service.inventory.node_names()
     assert post_report(ext, report_body())[0] == 200
     assert "n9" in ext.built.service.inventory.node_names()
+
+
+def test_admission_webhook_is_served_by_the_extender(ext: Extender) -> None:
+    """The guardrail route is mounted on the extender's own server (the Service's port)."""
+    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+              "request": {"uid": "r1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                          "operation": "CREATE", "namespace": "ml", "object": {
+                              "metadata": {"name": "sneaky", "namespace": "ml"},
+                              "spec": {"containers": [{"name": "c", "image": "x", "env": [
+                                  {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}]}}}}
+    r = ext.client.post("/admit/pods", json=review)
+    assert r.status_code == 200
+    response = r.json()["response"]
+    assert response["uid"] == "r1" and response["allowed"] is False
+    assert "NVIDIA_VISIBLE_DEVICES" in response["status"]["message"]
+    assert ext.client.post("/admit/pods", content=b"{").status_code == 400

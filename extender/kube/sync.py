@@ -19,16 +19,22 @@ import msgspec
 from kubernetes import client
 from kubernetes.dynamic import DynamicClient
 
+from extender.allocation import PodRef
+from extender.dra.ingest import ClaimIngestError
+from extender.dra.state import DraState
 from extender.inventory import Grant
 from extender.kube.watch import Kind, Watcher
 from extender.nodefacts import facts_from_node
 from extender.protocol import Node, Pod
-from extender.service import ANN_GPU_MEMORY_MIB, ANN_GPU_UUIDS, SchedulingService
+from extender.service import ANN_GPU_MEMORY_MIB, ANN_GPU_UUIDS, SchedulingService, pod_ref
 
 log = logging.getLogger("headroom.kube.sync")
 
 NODES = Kind("v1", "Node")
 PODS = Kind("v1", "Pod")
+SLICES = Kind("resource.k8s.io/v1", "ResourceSlice", optional=True)
+CLASSES = Kind("resource.k8s.io/v1", "DeviceClass", optional=True)
+CLAIMS = Kind("resource.k8s.io/v1", "ResourceClaim", optional=True)
 ENDED = {"Succeeded": "succeeded", "Failed": "failed"}
 
 
@@ -39,10 +45,17 @@ class ClusterSync:
         self.stop = threading.Event()
         self._pending: dict[str, dict[str, Any]] = {}  # uid -> Pending pod (bind fallback)
         self._started: set[str] = set()
+        self._claim_pods: dict[str, PodRef] = {}  # uid -> pods that use ResourceClaims
+        self._unresolved: dict[tuple[str, str], dict[str, Any]] = {}  # claims to retry
         self._lock = threading.Lock()
+        self.dra = service.dra = DraState()
         self.watchers = [
             Watcher(self.dyn, NODES, self._nodes_listed, self._node_event, self.stop),
             Watcher(self.dyn, PODS, self._pods_listed, self._pod_event, self.stop),
+            Watcher(self.dyn, CLASSES, lambda items: self.dra.replace("class", items),
+                    lambda kind, obj: self.dra.put_class(obj, kind == "DELETED"), self.stop),
+            Watcher(self.dyn, SLICES, self._slices_listed, self._slice_event, self.stop),
+            Watcher(self.dyn, CLAIMS, self._claims_listed, self._claim_event, self.stop),
         ]
         service.pod_lookup = self._lookup
 
@@ -95,6 +108,10 @@ class ClusterSync:
                 self._pending[uid] = obj
             else:
                 self._pending.pop(uid, None)
+            if kind == "DELETED":
+                self._claim_pods.pop(uid, None)
+            elif (obj.get("spec") or {}).get("resourceClaims"):
+                self._claim_pods[uid] = pod_ref(msgspec.convert(obj, Pod))
         if kind == "DELETED":
             self._end(uid, "deleted")
         elif phase in ENDED:
@@ -125,6 +142,45 @@ class ClusterSync:
         grants = [Grant(uid, meta.get("namespace", ""), meta.get("name", ""), node, u, mib)
                   for u in ann[ANN_GPU_UUIDS].split(",") if u]
         self.service.inventory.reserve(grants)
+
+    # --- DRA ---------------------------------------------------------------------------
+
+    def _slices_listed(self, items: list[dict[str, Any]]) -> None:
+        self.dra.replace("slice", items)
+        self._retry_claims()
+
+    def _slice_event(self, kind: str, obj: dict[str, Any]) -> None:
+        self.dra.put_slice(obj, kind == "DELETED")
+        self._retry_claims()
+
+    def _claims_listed(self, items: list[dict[str, Any]]) -> None:
+        self.dra.replace("claim", items)
+        for obj in items:
+            self._ingest(obj)
+
+    def _claim_event(self, kind: str, obj: dict[str, Any]) -> None:
+        self.dra.put_claim(obj, kind == "DELETED")
+        if kind != "DELETED":
+            self._ingest(obj)
+
+    def _ingest(self, claim: dict[str, Any]) -> None:
+        meta = claim.get("metadata") or {}
+        key = (meta.get("namespace", ""), meta.get("name", ""))
+        with self._lock:
+            pods = dict(self._claim_pods)
+        try:
+            recorded = self.service.ingest_claim(claim, pods)
+        except ClaimIngestError as e:
+            self._unresolved[key] = claim
+            log.info("claim not ingested yet", extra={"claim": "/".join(key), "why": str(e)})
+            return
+        self._unresolved.pop(key, None)
+        if recorded:
+            log.info("DRA allocation recorded", extra={"claim": "/".join(key), "pods": recorded})
+
+    def _retry_claims(self) -> None:
+        for claim in list(self._unresolved.values()):
+            self._ingest(claim)
 
     def _lookup(self, uid: str) -> Pod | None:
         with self._lock:

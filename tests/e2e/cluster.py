@@ -26,7 +26,7 @@ import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SH = REPO_ROOT / "tests" / "e2e" / "build.sh"
-SCHEDULER_TEMPLATE = REPO_ROOT / "manifests" / "scheduler" / "kube-scheduler-config.tmpl.yaml"
+SCHEDULER_CONFIG = REPO_ROOT / "manifests" / "scheduler" / "kube-scheduler-config.yaml"
 
 # DRA is GA (locked on) in 1.36; these two are beta and default-on in 1.36, but are
 # named explicitly so the harness fails loudly if a future build drops or relocks them.
@@ -306,18 +306,22 @@ class ControlPlane:
 def render_scheduler_config(
     kubeconfig: Path, extender_url: str | None, leader_elect: bool = False
 ) -> str:
-    """Fill the template by string substitution; ``extender_url=None`` drops all extenders."""
-    text = SCHEDULER_TEMPLATE.read_text()
-    text = (
-        text.replace("${KUBECONFIG}", str(kubeconfig))
-        .replace("${LEADER_ELECT}", "true" if leader_elect else "false")
-        .replace("${EXTENDER_URL}", extender_url or "http://127.0.0.1:1/unused")
-    )
+    """The deployable manifests/scheduler config, rendered for loopback: this harness's
+    kubeconfig, no leader election, the profile as ``default-scheduler`` (test pods use
+    the default name), the extender at ``extender_url``; None drops all extenders.
+    Every other extender field (verbs, weight, nodeCacheCapable, timeout, ignorable, no
+    managedResources) is exactly what a cluster gets."""
+    doc: dict[str, Any] = yaml.safe_load(SCHEDULER_CONFIG.read_text())
+    doc["clientConnection"] = {"kubeconfig": str(kubeconfig)}
+    doc["leaderElection"] = {"leaderElect": leader_elect}
+    for profile in doc["profiles"]:
+        profile["schedulerName"] = "default-scheduler"
     if extender_url is None:
-        doc: dict[str, Any] = yaml.safe_load(text)
         doc["extenders"] = []
-        text = yaml.safe_dump(doc, sort_keys=False)
-    return text
+    else:
+        for ext in doc["extenders"]:
+            ext["urlPrefix"] = extender_url
+    return yaml.safe_dump(doc, sort_keys=False)
 
 
 @dataclass

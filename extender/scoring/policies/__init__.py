@@ -2,10 +2,18 @@
 
 from extender.scoring.policies.binpack import Binpack
 from extender.scoring.policies.fgd import Fgd
+from extender.scoring.policies.gpupacking import GpuPacking
+from extender.scoring.policies.headroom import Headroom
 from extender.scoring.policies.spread import Spread
 from extender.scoring.policy import Policy
 
-POLICIES: dict[str, type] = {"binpack": Binpack, "spread": Spread, "fgd": Fgd}
+POLICIES: dict[str, type] = {
+    "binpack": Binpack,
+    "spread": Spread,
+    "fgd": Fgd,
+    "gpu-packing": GpuPacking,
+    "headroom": Headroom,
+}
 
 
 def policy_by_name(name: str) -> Policy:
@@ -17,4 +25,4 @@ def policy_by_name(name: str) -> Policy:
     return policy
 
 
-__all__ = ["POLICIES", "Binpack", "Fgd", "Spread", "policy_by_name"]
+__all__ = ["POLICIES", "Binpack", "Fgd", "GpuPacking", "Headroom", "Spread", "policy_by_name"]

@@ -7,6 +7,8 @@ For the expected workload M (shapes m with shares p_m), a node's fragmentation i
 (a whole-GPU shape can only use idle GPUs). The pod goes where it grows F the least:
     place: greedily, per unit, the fitting GPU minimising F after placement
     score = -(F_after - F_before) in GiB
+Placing on one GPU changes only that GPU's term, so F after a trial placement is
+computed from per-shape aggregates in O(1) instead of re-walking the node.
 """
 
 from __future__ import annotations
@@ -46,6 +48,39 @@ def node_state(node: NodeView, lim: Limits) -> tuple[State, list[str]]:
     return state, [g.uuid for g in plain]
 
 
+class _Aggregates:
+    """Per shape: (hosts, unusable, total) so one GPU's change is scored in O(1)."""
+
+    def __init__(self, state: State, mix: Sequence[tuple[Shape, float]]) -> None:
+        self.total = sum(f for f, _ in state)
+        self.rows: list[tuple[int, int | None, float, int, int]] = []
+        for (count, mem, profile), p in mix:
+            if profile:
+                continue
+            if mem is None:
+                hosts = sum(1 for _, idle in state if idle)
+                unusable = sum(f for f, idle in state if not idle)
+            else:
+                hosts = sum(1 for f, _ in state if f >= mem)
+                unusable = sum(f for f, _ in state if f < mem)
+            self.rows.append((count, mem, p, hosts, unusable))
+
+    def after(self, old: tuple[int, bool], new_free: int) -> float:
+        """F once one GPU goes from ``old`` (free, idle) to ``new_free`` and not idle."""
+        f, idle = old
+        total = self.total - f + new_free
+        frag = 0.0
+        for count, mem, p, hosts, unusable in self.rows:
+            if mem is None:
+                h = hosts - idle
+                u = unusable - (0 if idle else f) + new_free
+            else:
+                h = hosts - (f >= mem) + (new_free >= mem)
+                u = unusable - (f if f < mem else 0) + (new_free if new_free < mem else 0)
+            frag += p * (u if h >= count else total)
+        return frag
+
+
 class Fgd:
     name = "fgd"
 
@@ -58,10 +93,13 @@ class Fgd:
         slot = {u: i for i, u in enumerate(uuids)}
         chosen: list[GpuView] = []
         for _ in range(demand.count):
-            best = min(
-                (g for g in fitting if g not in chosen),
-                key=lambda g: (self._after(state, slot[g.uuid], g, demand, ctx), g.index),
-            )
+            agg = _Aggregates(state, ctx.mix)
+
+            def after(g: GpuView, agg: _Aggregates = agg) -> tuple[float, int]:
+                old = state[slot[g.uuid]]
+                return agg.after(old, max(old[0] - unit_mib(g, demand, ctx.limits), 0)), g.index
+
+            best = min((g for g in fitting if g not in chosen), key=after)
             i = slot[best.uuid]
             state[i] = (max(state[i][0] - unit_mib(best, demand, ctx.limits), 0), False)
             chosen.append(best)
@@ -79,9 +117,3 @@ class Fgd:
             i = slot[g.uuid]
             state[i] = (max(state[i][0] - unit_mib(g, demand, ctx.limits), 0), False)
         return -(fragmentation(state, ctx.mix) - before) / 1024
-
-    @staticmethod
-    def _after(state: State, i: int, gpu: GpuView, demand: GpuDemand, ctx: Context) -> float:
-        trial = list(state)
-        trial[i] = (max(trial[i][0] - unit_mib(gpu, demand, ctx.limits), 0), False)
-        return fragmentation(trial, ctx.mix)

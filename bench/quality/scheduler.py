@@ -1,0 +1,152 @@
+"""kube-scheduler's arithmetic around the extender, as the evaluator models it.
+
+kube mode (what a real cluster does, PROTOCOL.md 1.2):
+ 1. in-tree Filter: the pod's allowed GPU models (NodeAffinity) and NodeResourcesFit on
+    CPU/memory; it stops after numFeasibleNodesToFind feasible nodes (>= 100; else
+    (50 - N/125)% of N, at least 5%), starting where the previous pod stopped.
+ 2. extender filter: ``evaluate`` per node (cached by node version and demand, as
+    ``SchedulingService`` does); with narrowing, only ``narrow(...)`` passes.
+ 3. one node left: it is taken, prioritize is not called.
+ 4. total(n) = priorities(n) x weight x 10 + LeastAllocated(n) + BalancedAllocation(n)
+    LeastAllocated = ((C - c') * 100 // C + (M - m') * 100 // M) // 2  (c', m': requested
+    CPU/memory after the pod, C, M allocatable); BalancedAllocation = int((1 - |c'/C -
+    m'/M| / 2) * 100); the other default score plugins score all nodes alike here.
+ 5. the highest total wins; ties at random (seeded).
+ideal mode (the policy on its own, as papers report it): every node, the unrounded blend
+``narrowing.blended``, ties to the first node in cluster order.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from bench.quality.cluster import SimNode
+from bench.quality.trace import TracePod
+from extender.scoring import Context, Evaluation, Policy, Weights, evaluate, priorities
+from extender.scoring.narrowing import blended, narrow
+
+MIN_FEASIBLE = 100
+MIN_PERCENT = 5
+
+
+@dataclass(frozen=True)
+class Mode:
+    name: str
+    kube: bool  # integer scores + in-tree plugins + random ties + node sampling
+    extender_weight: int = 5  # manifests/scheduler/kube-scheduler-config.yaml
+    percentage_of_nodes_to_score: int = 0  # 0: kube-scheduler's adaptive default
+
+
+KUBE = Mode("kube", kube=True)
+IDEAL = Mode("ideal", kube=False)
+
+
+def num_feasible_to_find(n: int, percentage: int = 0) -> int:
+    """kube-scheduler's numFeasibleNodesToFind (integer arithmetic as in schedule_one.go)."""
+    if n < MIN_FEASIBLE:
+        return n
+    if percentage == 0:
+        percentage = max(50 - n // 125, MIN_PERCENT)
+    return max(n * percentage // 100, MIN_FEASIBLE)
+
+
+def in_tree_fits(node: SimNode, pod: TracePod) -> bool:
+    if pod.models and node.model not in pod.models:
+        return False
+    return (node.cpu_used + pod.cpu_milli <= node.cpu_milli
+            and node.mem_used + pod.memory_mib <= node.memory_mib)
+
+
+def least_allocated(node: SimNode, pod: TracePod) -> int:
+    cpu = _least(node.cpu_used + pod.cpu_milli, node.cpu_milli)
+    mem = _least(node.mem_used + pod.memory_mib, node.memory_mib)
+    return (cpu + mem) // 2
+
+
+def _least(requested: int, capacity: int) -> int:
+    if capacity <= 0 or requested > capacity:
+        return 0
+    return (capacity - requested) * 100 // capacity
+
+
+def balanced_allocation(node: SimNode, pod: TracePod) -> int:
+    fc = min(1.0, (node.cpu_used + pod.cpu_milli) / max(node.cpu_milli, 1))
+    fm = min(1.0, (node.mem_used + pod.memory_mib) / max(node.memory_mib, 1))
+    return int((1 - abs(fc - fm) / 2) * 100)
+
+
+class Scheduler:
+    """Places pods one by one on ``nodes`` with one policy, weights and mechanism."""
+
+    def __init__(self, nodes: list[SimNode], policy: Policy, ctx: Context, weights: Weights,
+                 mode: Mode, narrowing: bool, seed: int) -> None:
+        self.nodes = nodes
+        self.by_name = {n.name: n for n in nodes}
+        self.policy, self.ctx, self.weights = policy, ctx, weights
+        self.mode, self.narrowing = mode, narrowing
+        self.rng = random.Random(seed)
+        self.prices = {n.name: n.per_gib_hour for n in nodes}
+        self._start = 0
+        self._cache: dict[tuple[object, ...], Evaluation] = {}
+
+    def candidates(self, pod: TracePod) -> list[SimNode]:
+        """Step 1: in-tree filter, with kube-scheduler's node sampling in kube mode."""
+        n = len(self.nodes)
+        want = (num_feasible_to_find(n, self.mode.percentage_of_nodes_to_score)
+                if self.mode.kube else n)
+        found: list[SimNode] = []
+        processed = 0
+        for k in range(n):
+            if len(found) >= want:
+                break
+            node = self.nodes[(self._start + k) % n]
+            processed += 1
+            if in_tree_fits(node, pod):
+                found.append(node)
+        if self.mode.kube:
+            self._start = (self._start + processed) % n
+        return found
+
+    def evaluation(self, node: SimNode, pod: TracePod) -> Evaluation:
+        d = pod.demand
+        key = (node.name, node.version, d.key, d.capacity)
+        ev = self._cache.get(key)
+        if ev is None:
+            ev = self._cache[key] = evaluate(node.view(), d, self.policy, self.ctx)
+        return ev
+
+    def passing(self, evals: Mapping[str, Evaluation]) -> list[str]:
+        """Step 2: the extender filter's passing set, in candidate order."""
+        if self.narrowing:
+            keep = narrow(evals, self.prices, self.weights)
+            return [name for name in evals if name in keep]
+        return [name for name, e in evals.items() if e.fits]
+
+    def pick(self, pod: TracePod, evals: Mapping[str, Evaluation], names: list[str]) -> str:
+        """Steps 3-5 (kube) or the unrounded argmax (ideal)."""
+        if len(names) == 1:
+            return names[0]
+        subset = {name: evals[name] for name in names}
+        if not self.mode.kube:
+            b = blended(subset, self.prices, self.weights)
+            return max(names, key=lambda name: b[name])  # first of equals wins
+        ext = priorities(subset, self.prices, self.weights)
+        w = self.mode.extender_weight * 10
+        total = {}
+        for name in names:
+            node = self.by_name[name]
+            total[name] = (ext[name] * w + least_allocated(node, pod)
+                           + balanced_allocation(node, pod))
+        top = max(total.values())
+        return self.rng.choice([name for name in names if total[name] == top])
+
+    def schedule(self, pod: TracePod) -> tuple[SimNode, Evaluation] | None:
+        """The node the pod lands on and the extender's evaluation there, or None."""
+        evals = {node.name: self.evaluation(node, pod) for node in self.candidates(pod)}
+        names = self.passing(evals)
+        if not names:
+            return None
+        name = self.pick(pod, evals, names)
+        return self.by_name[name], evals[name]
