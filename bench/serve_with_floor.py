@@ -11,11 +11,13 @@ from fastapi import Request
 from fastapi.responses import Response
 
 from extender.app import build
+from extender.logs import setup_logging
 from extender.settings import Settings
 
 
 def main() -> None:
     port, db = int(sys.argv[1]), sys.argv[2]
+    setup_logging("error")  # the simulated agents' pods have no grants: leak warnings galore
     built = build(Settings(db=db, allow_unauthenticated_reports=True, stale_after=3600))
 
     @built.app.post("/floor")

@@ -22,7 +22,7 @@ from extender.chargeback import parse_group_by, parse_timestamp, report_csv, rep
 from extender.clock import Clock
 from extender.ledger import chargeback_report
 from extender.ledger.base import Ledger
-from extender.ledger.records import AllocationFilter
+from extender.ledger.records import AllocationFilter, DiscrepancyRecord, EventRecord
 from extender.metrics import month_start
 
 MAX_LIMIT = 1000
@@ -70,40 +70,13 @@ class AllocationPage(BaseModel):
     next_cursor: str | None
 
 
-class EventOut(BaseModel):
-    seq: int
-    at: float
-    kind: str
-    pod_uid: str
-    node: str
-    gpu_uuid: str
-    payload: str
-    prev_hash: str
-    hash: str
-
-
 class EventPage(BaseModel):
-    items: list[EventOut]
+    items: list[EventRecord]
     next_cursor: str | None
 
 
-class DiscrepancyOut(BaseModel):
-    id: int
-    kind: str
-    node: str
-    gpu_uuid: str
-    pod_uid: str
-    first_seen: float
-    last_seen: float
-    count: int
-    max_amount_mib: int
-    last_amount_mib: int
-    detail: str
-    closed_at: float | None
-
-
 class DiscrepancyPage(BaseModel):
-    items: list[DiscrepancyOut]
+    items: list[DiscrepancyRecord]
     next_cursor: str | None
 
 
@@ -257,7 +230,7 @@ def audit_router(get_ledger: Callable[[], Ledger], clock: Clock) -> APIRouter:
                                                          limit + 1))
         page = rows[:limit]
         nxt = encode_cursor("disc", page[-1].id) if len(rows) > limit else None
-        return DiscrepancyPage(items=[DiscrepancyOut(**vars(d)) for d in page], next_cursor=nxt)
+        return DiscrepancyPage(items=list(page), next_cursor=nxt)
 
     @router.get("/events", response_model=EventPage)
     def events(limit: Limit = 100, cursor: str | None = None) -> EventPage:
@@ -265,7 +238,7 @@ def audit_router(get_ledger: Callable[[], Ledger], clock: Clock) -> APIRouter:
         rows = _call(lambda: ledger().list_events(after, limit + 1))
         page = rows[:limit]
         nxt = encode_cursor("event", page[-1].seq) if len(rows) > limit else None
-        return EventPage(items=[EventOut(**vars(e)) for e in page], next_cursor=nxt)
+        return EventPage(items=list(page), next_cursor=nxt)
 
     return router
 

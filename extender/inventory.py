@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from extender.nodefacts import NodeFacts, facts_from_labels
 from extender.pricing import NodePrice, PriceBook
@@ -48,6 +48,10 @@ class _Node:
     version: int = 0
     view: NodeView | None = None
     price: NodePrice | None = None
+    # evaluations of this node's current view, by pod shape: filter and prioritize for a
+    # burst of similar pods hit this instead of re-running the policy (cleared on change)
+    memo: dict[object, object] = field(default_factory=dict)
+    memo_version: int = -1
 
 
 def measured_gpus(report: NodeReport) -> tuple[MeasuredGpu, ...]:
@@ -182,6 +186,27 @@ class Inventory:
         self.view(name)
         node = self._nodes.get(name)
         return node.price if node else None
+
+    def ready_view(
+        self, name: str, now: float, stale_after: float
+    ) -> tuple[NodeView, dict[object, object]] | None:
+        """The hot path: the view and its memo if the node is schedulable now (reported,
+        fresh, not disrupted); None otherwise (the caller then asks why)."""
+        node = self._nodes.get(name)
+        if (
+            node is None
+            or node.received_at is None
+            or node.facts.disrupted
+            or now - node.received_at > stale_after
+        ):
+            return None
+        view = node.view
+        if view is None or view.version != node.version:
+            with self._lock:
+                view = self._build_view(name, node)
+        if node.memo_version != view.version or len(node.memo) > 64:
+            node.memo, node.memo_version = {}, view.version
+        return view, node.memo
 
     def view(self, name: str) -> NodeView | None:
         """The node as scoring sees it, or None if no agent has reported for it."""

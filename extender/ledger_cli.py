@@ -34,6 +34,7 @@ from extender.ledger import chargeback_report, is_dsn, open_ledger
 from extender.ledger.base import Ledger
 from extender.ledger.sql import NullHooks
 from extender.metrics import month_start
+from extender.table import align
 
 DEFAULT_DB = "headroom.db"
 
@@ -190,12 +191,12 @@ def render_table(report: ChargebackReport) -> str:
     lines.append(["TOTAL charged", str(sum(g.allocations for g in report.groups)),
                   str(sum((g.gib_hours for g in report.groups), Decimal(0))),
                   str(report.total_charged), "", ""])
-    out = [_align([head, *lines], right_from=1)]
+    out = [align([head, *lines], right_from=1)]
     nodes = [[n.node, n.capacity_type, str(n.gpu_hours), str(n.cost), str(n.charged),
               str(n.idle), _flags(n.oversubscribed, n.unpriced)] for n in report.nodes]
     nodes.append(["TOTAL", "", "", str(report.total_node_cost), str(report.total_charged),
                   str(report.total_idle), ""])
-    out.append(_align([["NODE", "CAPACITY", "GPU-HOURS", "NODE COST", "CHARGED", "IDLE",
+    out.append(align([["NODE", "CAPACITY", "GPU-HOURS", "NODE COST", "CHARGED", "IDLE",
                         "FLAGS"], *nodes], right_from=2))
     out.append(f"rounding: {report.rounding}")
     return "\n\n".join(out)
@@ -208,22 +209,3 @@ def _flags(oversubscribed: bool, unpriced: bool) -> str:
 
 def _num(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f}"
-
-
-def _align(table: list[list[str]], right_from: int) -> str:
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    return "\n".join("  ".join(c.rjust(w) if i >= right_from else c.ljust(w)
-                               for i, (c, w) in enumerate(zip(row, widths, strict=True))).rstrip()
-                     for row in table)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Stand-alone entry (``python -m extender.ledger_cli ledger …``) until cli.py wires it."""
-    parser = argparse.ArgumentParser(prog="headroom")
-    add_ledger_command(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return int(args.func(args))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

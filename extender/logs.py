@@ -28,17 +28,23 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
-        for key, value in vars(record).items():
-            if key not in _STANDARD and not key.startswith("_"):
-                out[key] = _redact(key, value)
+        extra = {k: v for k, v in vars(record).items() if k not in _STANDARD and k[0] != "_"}
+        fields = extra.pop("fields", None)  # extra={"fields": {...}} is accepted too
+        if isinstance(fields, dict):
+            extra.update(fields)
+        for key, value in extra.items():
+            out[key] = _redact(key, value)
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
         return json.dumps(out, default=str)
 
 
-def setup_logging(level: str = "info") -> None:
+def setup_logging(level: str | int = "info") -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(level.upper())
+    root.setLevel(level.upper() if isinstance(level, str) else level)
+    # one line per HTTP request from the clients would drown everything else
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("httpcore").setLevel(logging.WARNING)

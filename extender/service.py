@@ -101,7 +101,6 @@ class SchedulingService:
         self.config = config
         self.pods = PodCache()
         self.mix = WorkloadMix()
-        self._evals: dict[tuple[object, ...], Evaluation] = {}
         # edges plug in here: Kubernetes Events / metrics for pods that fit nowhere, and a
         # lookup of pods bind was not shown by filter (the watch cache after a restart)
         self.unplaceable_hooks: list[Callable[[PodRef, dict[str, str]], None]] = []
@@ -148,10 +147,8 @@ class SchedulingService:
         names = self._names(args)
         result = ExtenderFilterResult()
         passing: list[int] = []
-        now = self.clock.now()
-        evaluate_node = self._evaluator(args.Pod, demand, now)
-        for i, name in enumerate(names):
-            ev = evaluate_node(name)
+        evals, _ = self._evaluate_all(args.Pod, demand, names, self.clock.now())
+        for i, (name, ev) in enumerate(zip(names, evals, strict=True)):
             if ev.fits:
                 passing.append(i)
             elif ev.unresolvable:
@@ -181,10 +178,9 @@ class SchedulingService:
         names = self._names(args)
         if not demand.wants_gpu:
             return [HostPriority(Host=n, Score=0) for n in names]
-        evaluate_node = self._evaluator(args.Pod, demand, self.clock.now())
-        evals = {n: evaluate_node(n) for n in names}
-        prices = {n: v.price_per_gib_hour if (v := self.inventory.view(n)) else None for n in names}
-        scores = priorities(evals, prices, self.config.weights)
+        evals, prices = self._evaluate_all(args.Pod, demand, names, self.clock.now())
+        scores = priorities(dict(zip(names, evals, strict=True)),
+                            dict(zip(names, prices, strict=True)), self.config.weights)
         return [HostPriority(Host=n, Score=scores[n]) for n in names]
 
     def _names(self, args: ExtenderArgs) -> list[str]:
@@ -209,15 +205,45 @@ class SchedulingService:
     def _context(self) -> Context:
         return Context(limits=self.config.limits, mix=self.mix.mix)
 
-    def _evaluator(self, pod: Pod, demand: GpuDemand, now: float) -> Callable[[str], Evaluation]:
-        """The per-node evaluation for this pod: device-plugin GPUs, or DRA claims."""
-        if demand.count > 0 or not demand.dra_claims:
-            return lambda name: self._evaluate(name, demand, now)
+    def _evaluate_all(
+        self, pod: Pod, demand: GpuDemand, names: list[str], now: float
+    ) -> tuple[list[Evaluation], list[float | None]]:
+        """Each node's evaluation and $/GiB-h for this pod (device-plugin GPUs or DRA claims).
+
+        The hot loop of the extender: one inventory lookup per node, and the policy runs
+        only when this node changed since a pod of the same shape was evaluated."""
+        if demand.count == 0 and demand.dra_claims:
+            return self._evaluate_all_dra(pod, names, now)
+        ctx, stale = self._context(), self.config.stale_after
+        key = (demand.key, demand.capacity, self.mix.version)
+        ready_view = self.inventory.ready_view
+        evals: list[Evaluation] = []
+        prices: list[float | None] = []
+        for name in names:
+            ready = ready_view(name, now, stale)
+            if ready is None:
+                reason = self._unavailable(name, now) or "node changed during evaluation; retry"
+                evals.append(Evaluation(False, reason, unresolvable=True))
+                prices.append(None)
+                continue
+            view, memo = ready
+            ev = memo.get(key)
+            if ev is None:
+                ev = memo[key] = evaluate(view, demand, self.policy, ctx)
+            evals.append(ev)  # type: ignore[arg-type]
+            prices.append(view.price_per_gib_hour)
+        return evals, prices
+
+    def _evaluate_all_dra(
+        self, pod: Pod, names: list[str], now: float
+    ) -> tuple[list[Evaluation], list[float | None]]:
         requests = self.dra.requests_of(pod) if self.dra is not None else None
-        if requests is None or self.dra is None:  # claims not known yet: score headroom only
-            return lambda name: self._evaluate_dra(name, None, now)
-        classes, taken = self.dra.classes(), self.dra.allocated()
-        return lambda name: self._evaluate_dra(name, (requests, classes, taken), now)
+        claim = None
+        if requests is not None and self.dra is not None:  # else: claims not known yet
+            claim = (requests, self.dra.classes(), self.dra.allocated())
+        evals = [self._evaluate_dra(name, claim, now) for name in names]
+        prices = [v.price_per_gib_hour if (v := self.inventory.view(n)) else None for n in names]
+        return evals, prices
 
     def _evaluate_dra(
         self, name: str, claim: tuple[list[dict], dict[str, dict], set] | None, now: float
@@ -240,20 +266,6 @@ class SchedulingService:
         gpus = [g for g in view.gpus if g.uuid in uuids] or list(view.gpus)
         free = sum(max(g.total_mib - g.committed_mib, 0) for g in gpus)
         return Evaluation(True, raw=free / max(sum(g.total_mib for g in gpus), 1))
-
-    def _evaluate(self, name: str, demand: GpuDemand, now: float) -> Evaluation:
-        reason = self._unavailable(name, now)
-        if reason:
-            return Evaluation(False, reason, unresolvable=True)
-        view = self.inventory.view(name)
-        assert view is not None  # _unavailable checked it
-        key = (name, view.version, demand.key, demand.capacity, self.mix.version)
-        ev = self._evals.get(key)
-        if ev is None:
-            if len(self._evals) > 200_000:
-                self._evals.clear()
-            ev = self._evals[key] = evaluate(view, demand, self.policy, self._context())
-        return ev
 
     def _unavailable(self, name: str, now: float) -> str:
         facts = self.inventory.facts(name)

@@ -165,3 +165,26 @@ def test_no_placement_exceeds_headroom(
     else:
         ok = [g for g in views if g.total_mib - g.committed_mib - limits.margin_mib >= ask * GIB]
         assert len(ok) < count
+
+
+@given(
+    state=st.lists(st.tuples(st.integers(0, 96), st.booleans()), min_size=1, max_size=8),
+    shapes=st.lists(st.tuples(st.integers(1, 3), st.one_of(st.none(), st.integers(1, 48)),
+                              st.floats(0.01, 1)), min_size=1, max_size=5),
+    slot=st.integers(0, 7), take=st.integers(0, 96),
+)
+def test_fgd_incremental_fragmentation_equals_recomputing(
+    state: list[tuple[int, bool]], shapes: list[tuple[int, int | None, float]], slot: int,
+    take: int,
+) -> None:
+    """The O(1) trial placement in Fgd.place scores exactly what a full recount gives."""
+    from extender.scoring.policies.fgd import _Aggregates
+
+    mix = [((k, None if m is None else m * GIB, ""), p) for k, m, p in shapes]
+    gib_state = [(f * GIB, idle) for f, idle in state]
+    i = slot % len(gib_state)
+    new_free = max(gib_state[i][0] - take * GIB, 0)
+    trial = list(gib_state)
+    trial[i] = (new_free, False)
+    assert _Aggregates(gib_state, mix).after(gib_state[i], new_free) == pytest.approx(
+        fragmentation(trial, mix))

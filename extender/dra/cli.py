@@ -52,15 +52,3 @@ def claim_documents(args: argparse.Namespace) -> list[dict[str, Any]]:
         namespace=args.namespace,
     )
     return [template, device_class(args.class_name)] if args.device_class else [template]
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Standalone entry (``python -m extender.dra.cli claim ...``), same as ``headroom claim``."""
-    parser = argparse.ArgumentParser(prog="headroom")
-    add_claim_command(parser.add_subparsers(dest="cmd", required=True))
-    args = parser.parse_args(argv)
-    return int(args.func(args))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -7,7 +7,8 @@ import heapq
 import json
 import sys
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from decimal import Decimal
 from pathlib import Path
 
 import msgspec
@@ -19,6 +20,7 @@ from extender.app import build
 from extender.binder import InProcessBinder
 from extender.clock import ManualClock
 from extender.httpclient import make_client
+from extender.ledger import chargeback_report
 from extender.pricing import load_pricebook
 from extender.scoring.policies.fgd import fragmentation, node_state
 from extender.settings import Settings
@@ -26,6 +28,7 @@ from extender.simulate.cluster import SimNode, make_cluster
 from extender.simulate.scheduler import SchedulerDriver
 from extender.simulate.server_thread import ServerThread
 from extender.simulate.workload import SimPod, make_workload
+from extender.table import align
 
 REPORT_EVERY_S = 120.0
 TOKEN = "simulate-agent-token"
@@ -43,6 +46,10 @@ class PolicyResult:
     usd_per_gib_hour: float  # node cost over the run / GiB-hours granted
     on_demand_pods_on_spot: int
     ledger: str
+    # the run's chargeback from its ledger, by namespace: USD as strings (exact)
+    charges: dict[str, str] = field(default_factory=dict)
+    idle_usd: str = "0"
+    gpu_bill_usd: str = "0"  # the nodes' GPU cost over the run = charges + idle
 
 
 class _Run:
@@ -146,7 +153,20 @@ class _Run:
                 else:
                     unplaceable += 1
                 progress.update(1)
-            return self._result(placed, unplaceable, od_on_spot)
+            result = self._result(placed, unplaceable, od_on_spot)
+        return self._charge(result)
+
+    def _charge(self, result: PolicyResult) -> PolicyResult:
+        """Bill the run from its own ledger: what each namespace received, and idle."""
+        svc = self.built.service
+        svc.writer.flush()
+        now = self.clock.now()
+        report = chargeback_report(svc.ledger, self.t0, now, "namespace", now)
+        result.charges = {g.key: str(g.cost) for g in report.groups}
+        result.idle_usd = str(report.total_idle)
+        result.gpu_bill_usd = str(report.total_node_cost)
+        svc.ledger.close()
+        return result
 
     def _result(self, placed: int, unplaceable: int, od_on_spot: int) -> PolicyResult:
         svc = self.built.service
@@ -202,13 +222,22 @@ def _table(results: list[PolicyResult]) -> str:
         )
         for r in results
     ]
-    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
+    return align([head, *rows], right_from=1, rule=True)
 
-    def line(cells: tuple[str, ...]) -> str:
-        pairs = enumerate(zip(cells, widths, strict=True))
-        return "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in pairs)
 
-    return "\n".join([line(head), line(tuple("-" * w for w in widths)), *map(line, rows)])
+def _chargeback_table(results: list[PolicyResult]) -> str:
+    """USD per namespace for each policy's run; charges + idle must equal the GPU bill."""
+    namespaces = sorted({ns for r in results for ns in r.charges})
+    head = ["chargeback (USD)", *(r.policy for r in results)]
+    rows = [[ns, *(r.charges.get(ns, "0.00") for r in results)] for ns in namespaces]
+    rows.append(["idle (granted to no pod)", *(r.idle_usd for r in results)])
+    rows.append(["= GPU bill of the nodes", *(r.gpu_bill_usd for r in results)])
+    balanced = all(
+        sum(Decimal(v) for v in r.charges.values()) + Decimal(r.idle_usd) == Decimal(r.gpu_bill_usd)
+        for r in results
+    )
+    check = "charges + idle = GPU bill, to the cent" if balanced else "MISMATCH: charges + idle"
+    return align([head, *rows], right_from=1, rule=True) + f"\n{check}"
 
 
 def main(args: argparse.Namespace) -> int:
@@ -237,6 +266,8 @@ def main(args: argparse.Namespace) -> int:
         else:
             print(f"\n{len(nodes)} nodes, {len(pods)} pods, seed {args.seed}\n")
             print(_table(results))
+            print()
+            print(_chargeback_table(results))
         if args.plot:
             from extender.simulate.plot import plot
 

@@ -1,6 +1,6 @@
 """``headroom claim`` as a process: YAML on stdout, exit 2 with one line on bad input.
 
-Most cases run ``python -m extender.dra.cli`` (the same ``add_claim_command`` that
+Most cases run ``python -m extender.cli`` (the same ``add_claim_command`` that
 ``extender.cli`` registers) so they do not depend on the other sub-commands' imports;
 the last one runs the real ``extender.cli`` entry point.
 """
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _claim(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "extender.dra.cli", "claim", *args],
+    return subprocess.run([sys.executable, "-m", "extender.cli", "claim", *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
 
 

@@ -30,7 +30,7 @@ echo "== NVML driver unit tests"
 
 echo "== headroom agent --driver nvml --once"
 # `headroom agent ...` once the CLI is wired in extender/cli.py; same code path:
-"$PYTHON" -m drivers agent --driver nvml --node "${NODE_NAME:-$(hostname)}" --once \
+"$PYTHON" -m extender.cli agent --driver nvml --node "${NODE_NAME:-$(hostname)}" --once \
   >"$OUT/nvml-report.json"
 cat "$OUT/nvml-report.json"
 

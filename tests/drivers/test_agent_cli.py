@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def run_agent(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
-        [sys.executable, "-m", "drivers", "agent", *args],
+        [sys.executable, "-m", "extender.cli", "agent", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -158,7 +158,7 @@ def test_agent_process_reports_serves_metrics_and_stops_on_sigterm(
     token.write_text("process-token-123")
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "drivers", "agent", "--driver", "simulated",
+        [sys.executable, "-m", "extender.cli", "agent", "--driver", "simulated",
          "--simulated-gpus", "2xA10G:24Gi", "--node", "n-proc", "--extender", report_server.url,
          "--interval", "0.2", "--token-file", str(token), "--metrics-port", str(port)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -41,7 +41,7 @@ def test_metrics_exposition(ledger: Ledger, clock: ManualClock, metrics: LedgerM
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "extender.ledger_cli", "ledger", *args],
+    return subprocess.run([sys.executable, "-m", "extender.cli", "ledger", *args],
                           cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT}, capture_output=True,
                           text=True, timeout=120)
 

@@ -20,7 +20,7 @@ PSQL = "/usr/lib/postgresql/15/bin/psql"
 
 
 def _verify(target: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "extender.ledger_cli", "ledger", "verify",
+    return subprocess.run([sys.executable, "-m", "extender.cli", "ledger", "verify",
                            "--db", target], cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT},
                           capture_output=True, text=True, timeout=120)
 
