@@ -52,6 +52,7 @@ class _Node:
     # burst of similar pods hit this instead of re-running the policy (cleared on change)
     memo: dict[object, object] = field(default_factory=dict)
     memo_version: int = -1
+    draining: bool = False  # Karpenter is deleting this node's NodeClaim
 
 
 def measured_gpus(report: NodeReport) -> tuple[MeasuredGpu, ...]:
@@ -112,6 +113,18 @@ class Inventory:
             node.gpus, node.received_at = gpus, received_at
             if changed:
                 self._touch(report.node)
+
+    def set_draining(self, name: str, draining: bool) -> None:
+        """Karpenter's NodeClaim for this node is being deleted: no new GPU pods."""
+        with self._lock:
+            node = self._nodes.get(name)
+            if node is None:
+                node = self._nodes[name] = _Node(facts_from_labels(name, {}))
+            node.draining = draining
+
+    def draining(self, name: str) -> bool:
+        node = self._nodes.get(name)
+        return node is not None and node.draining
 
     def remove_node(self, name: str) -> None:
         with self._lock:
@@ -197,6 +210,7 @@ class Inventory:
             node is None
             or node.received_at is None
             or node.facts.disrupted
+            or node.draining
             or now - node.received_at > stale_after
         ):
             return None

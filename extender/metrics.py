@@ -136,7 +136,19 @@ def month_start(t: float) -> float:
     return datetime(d.year, d.month, 1, tzinfo=UTC).timestamp()
 
 
+class SchedulingMetrics:
+    """What the scheduling path does, for alerting on pods stuck without GPU headroom."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.no_fit = Counter(
+            "headroom_filter_no_fit", "Filter calls for a GPU pod that no node could host",
+            ["namespace"], registry=registry)
+        self.binds = Counter(
+            "headroom_binds", "Bind outcomes", ["outcome"], registry=registry)
+
+
 METRICS = LedgerMetrics(REGISTRY)
+SCHEDULING = SchedulingMetrics(REGISTRY)
 _attached: LedgerCollector | None = None
 
 

@@ -33,6 +33,7 @@ from extender.dra.state import DraState
 from extender.inventory import Grant, Inventory
 from extender.ledger.base import Ledger
 from extender.ledger_writer import LedgerWriter
+from extender.metrics import SCHEDULING
 from extender.nodefacts import facts_from_node
 from extender.podcache import PodCache, SeenPod
 from extender.pricing import NodePrice
@@ -103,7 +104,9 @@ class SchedulingService:
         self.mix = WorkloadMix()
         # edges plug in here: Kubernetes Events / metrics for pods that fit nowhere, and a
         # lookup of pods bind was not shown by filter (the watch cache after a restart)
-        self.unplaceable_hooks: list[Callable[[PodRef, dict[str, str]], None]] = []
+        self.unplaceable_hooks: list[Callable[[PodRef, dict[str, str]], None]] = [
+            lambda pod, _: SCHEDULING.no_fit.labels(pod.namespace).inc()
+        ]
         self.pod_lookup: Callable[[str], Pod | None] = lambda uid: None
         self.writer = LedgerWriter(ledger)
         self.dra: DraState | None = None  # set when watching a cluster
@@ -271,6 +274,8 @@ class SchedulingService:
         facts = self.inventory.facts(name)
         if facts is not None and facts.disrupted:
             return "node is being disrupted or deleted (karpenter.sh/disrupted); no new GPU pods"
+        if self.inventory.draining(name):
+            return "Karpenter is deleting this node's NodeClaim; no new GPU pods"
         received = self.inventory.received_at(name)
         if received is None:
             hint = ""
@@ -360,6 +365,7 @@ class SchedulingService:
             log.error("ledger write failed", extra={"pod": args.PodUID, "error": str(e)})
             return ExtenderBindingResult(Error=f"ledger unavailable, bind refused: {e}")
         result = self._bind_only(args, _annotations(grants))
+        SCHEDULING.binds.labels("failed" if result.Error else "bound").inc()
         now = self.clock.now()
         try:
             if result.Error:

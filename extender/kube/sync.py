@@ -35,6 +35,7 @@ PODS = Kind("v1", "Pod")
 SLICES = Kind("resource.k8s.io/v1", "ResourceSlice", optional=True)
 CLASSES = Kind("resource.k8s.io/v1", "DeviceClass", optional=True)
 CLAIMS = Kind("resource.k8s.io/v1", "ResourceClaim", optional=True)
+NODECLAIMS = Kind("karpenter.sh/v1", "NodeClaim", optional=True)
 ENDED = {"Succeeded": "succeeded", "Failed": "failed"}
 
 
@@ -56,6 +57,8 @@ class ClusterSync:
                     lambda kind, obj: self.dra.put_class(obj, kind == "DELETED"), self.stop),
             Watcher(self.dyn, SLICES, self._slices_listed, self._slice_event, self.stop),
             Watcher(self.dyn, CLAIMS, self._claims_listed, self._claim_event, self.stop),
+            Watcher(self.dyn, NODECLAIMS, self._nodeclaims_listed, self._nodeclaim_event,
+                    self.stop),
         ]
         service.pod_lookup = self._lookup
 
@@ -142,6 +145,22 @@ class ClusterSync:
         grants = [Grant(uid, meta.get("namespace", ""), meta.get("name", ""), node, u, mib)
                   for u in ann[ANN_GPU_UUIDS].split(",") if u]
         self.service.inventory.reserve(grants)
+
+    # --- Karpenter --------------------------------------------------------------------
+
+    def _nodeclaims_listed(self, items: list[dict[str, Any]]) -> None:
+        for obj in items:
+            self._nodeclaim_event("ADDED", obj)
+
+    def _nodeclaim_event(self, kind: str, obj: dict[str, Any]) -> None:
+        """A NodeClaim being deleted (consolidation, expiry, interruption) takes its node
+        out of GPU scheduling before the Node object itself is tainted or gone."""
+        node = (obj.get("status") or {}).get("nodeName")
+        if not node:
+            return
+        terminating = kind != "DELETED" and bool((obj.get("metadata") or {}).get(
+            "deletionTimestamp"))
+        self.service.inventory.set_draining(node, terminating)
 
     # --- DRA ---------------------------------------------------------------------------
 
