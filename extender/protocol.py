@@ -162,6 +162,19 @@ args_decoder = msgspec.json.Decoder(ExtenderArgs)
 binding_decoder = msgspec.json.Decoder(ExtenderBindingArgs)
 preemption_decoder = msgspec.json.Decoder(ExtenderPreemptionArgs)
 node_decoder = msgspec.json.Decoder(Node)
+
+
+class _NamedMeta(msgspec.Struct):
+    name: str = ""
+
+
+class NamedObject(msgspec.Struct):
+    """Only ``metadata.name``: the scan skips everything else without building it."""
+
+    metadata: _NamedMeta = msgspec.field(default_factory=_NamedMeta)
+
+
+name_decoder = msgspec.json.Decoder(NamedObject)
 encoder = msgspec.json.Encoder()
 
 
@@ -172,5 +185,5 @@ def encode_filter_result(
     body = encoder.encode(result)
     if passing_raw is None:
         return body
-    items = b",".join(bytes(r) for r in passing_raw)
+    items = b",".join(passing_raw)  # Raw is a buffer: joined without copying each node
     return b'{"Nodes":{"metadata":{},"items":[' + items + b"]}," + body[1:]

@@ -48,6 +48,7 @@ from extender.protocol import (
     MetaPod,
     MetaVictims,
     Pod,
+    name_decoder,
     node_decoder,
 )
 from extender.reports import NodeReport, ReportResponse
@@ -178,7 +179,8 @@ class SchedulingService:
         if args.Pod is None:
             raise ValueError("request has no Pod")
         demand = self._remember(args.Pod)
-        names = self._names(args)
+        # filter already took the node facts from these Node objects: read only the names
+        names = self._names(args, facts=False)
         if not demand.wants_gpu:
             return [HostPriority(Host=n, Score=0) for n in names]
         evals, prices = self._evaluate_all(args.Pod, demand, names, self.clock.now())
@@ -186,11 +188,13 @@ class SchedulingService:
                             dict(zip(names, prices, strict=True)), self.config.weights)
         return [HostPriority(Host=n, Score=scores[n]) for n in names]
 
-    def _names(self, args: ExtenderArgs) -> list[str]:
+    def _names(self, args: ExtenderArgs, facts: bool = True) -> list[str]:
         if args.NodeNames is not None:
             return args.NodeNames
         if args.Nodes is None:
             return []
+        if not facts:
+            return [name_decoder.decode(raw).metadata.name for raw in args.Nodes.items]
         names = []
         for raw in args.Nodes.items:
             node = node_decoder.decode(raw)
