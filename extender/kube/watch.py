@@ -8,7 +8,6 @@ jittered exponential backoff. Handlers get plain dicts and run on this thread.
 from __future__ import annotations
 
 import logging
-import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,6 +17,8 @@ from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
+
+from extender.retry import reconnecting
 
 log = logging.getLogger("headroom.kube.watch")
 
@@ -53,34 +54,40 @@ class Watcher(threading.Thread):
         self._watch: watch.Watch | None = None
 
     def run(self) -> None:
-        delay = 0.5
-        while not self.stop_event.is_set():
+        while not self.stop_event.is_set() and not self.absent:
+            # a failed cycle is retried with the one backoff policy; a cycle that ends
+            # normally (watch timeout, 410 Gone) starts a fresh list at once
             try:
-                resource = self.dyn.resources.get(
-                    api_version=self.kind.api_version, kind=self.kind.kind
-                )
-            except ResourceNotFoundError:
-                if self.kind.optional:
-                    self.absent = True
-                    self.synced.set()
-                    log.info("API not served; not watching", extra={"kind": self.kind.kind})
-                    return
+                for attempt in reconnecting(self.stop_event, self._log_retry):
+                    with attempt:
+                        self._cycle()
+            except Exception:
+                return
+
+    def _cycle(self) -> None:
+        """Discover, list, then watch until the stream ends."""
+        try:
+            resource = self.dyn.resources.get(api_version=self.kind.api_version,
+                                              kind=self.kind.kind)
+        except ResourceNotFoundError:
+            if not self.kind.optional:
                 raise
-            except Exception as e:
-                delay = self._backoff(delay, e)
-                continue
-            try:
-                rv = self._list(resource)
-                self.synced.set()
-                delay = 0.5
-                self._stream(resource, rv)
-            except ApiException as e:
-                if e.status == 410:
-                    log.info("watch expired (410 Gone); re-listing", extra={"kind": self.kind.kind})
-                    continue
-                delay = self._backoff(delay, e)
-            except Exception as e:
-                delay = self._backoff(delay, e)
+            self.absent = True
+            self.synced.set()
+            log.info("API not served; not watching", extra={"kind": self.kind.kind})
+            return
+        try:
+            rv = self._list(resource)
+            self.synced.set()
+            self._stream(resource, rv)
+        except ApiException as e:
+            if e.status != 410:
+                raise
+            log.info("watch expired (410 Gone); re-listing", extra={"kind": self.kind.kind})
+
+    def _log_retry(self, error: BaseException | None, sleep_s: float) -> None:
+        log.warning("watch failed; reconnecting", extra={
+            "kind": self.kind.kind, "error": str(error)[:300], "retry_s": round(sleep_s, 2)})
 
     def _list(self, resource: Any) -> str:
         items: list[dict[str, Any]] = []
@@ -111,14 +118,6 @@ class Watcher(threading.Thread):
                 raise ApiException(status=code or 500, reason=str(obj))
             if kind != "BOOKMARK":
                 self.on_event(kind, obj)
-
-    def _backoff(self, delay: float, error: BaseException) -> float:
-        log.warning(
-            "watch failed; reconnecting",
-            extra={"kind": self.kind.kind, "error": str(error)[:300], "retry_s": delay},
-        )
-        self.stop_event.wait(random.uniform(0, delay))
-        return min(delay * 2, 30.0)
 
     def halt(self) -> None:
         self.stop_event.set()
