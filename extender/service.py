@@ -54,6 +54,7 @@ from extender.protocol import (
 from extender.reports import NodeReport, ReportResponse
 from extender.scoring import Context, Evaluation, Limits, Policy, Weights, evaluate, priorities
 from extender.scoring.model import GpuView, NodeView
+from extender.scoring.narrowing import narrow
 from extender.usage import Discrepancy, discrepancies, observations
 from extender.workload import WorkloadMix
 
@@ -68,6 +69,7 @@ class ServiceConfig:
     stale_after: float = 30.0
     limits: Limits = field(default_factory=Limits)
     weights: Weights = field(default_factory=Weights)
+    narrow_epsilon: float | None = None  # None: filter passes every fitting node
 
 
 def pod_ref(pod: Pod) -> PodRef:
@@ -151,7 +153,7 @@ class SchedulingService:
         names = self._names(args)
         result = ExtenderFilterResult()
         passing: list[int] = []
-        evals, _ = self._evaluate_all(args.Pod, demand, names, self.clock.now())
+        evals, prices = self._evaluate_all(args.Pod, demand, names, self.clock.now())
         for i, (name, ev) in enumerate(zip(names, evals, strict=True)):
             if ev.fits:
                 passing.append(i)
@@ -159,12 +161,38 @@ class SchedulingService:
                 result.FailedAndUnresolvableNodes[name] = ev.reason
             else:
                 result.FailedNodes[name] = ev.reason
+        if self.config.narrow_epsilon is not None and demand.count > 0 and len(passing) > 1:
+            passing = self._narrow(names, evals, prices, passing, result)
         if not passing and names:
             self._unplaceable(args.Pod, result)
         if raws is not None:
             return result, [raws[i] for i in passing]
         result.NodeNames = [names[i] for i in passing]
         return result, None
+
+    def _narrow(
+        self,
+        names: list[str],
+        evals: list[Evaluation],
+        prices: list[float | None],
+        passing: list[int],
+        result: ExtenderFilterResult,
+    ) -> list[int]:
+        """Pass only the nodes the policy and cost put on top (docs/scheduling.md); the
+        others fit, so they are reported as resolvable, with that reason."""
+        assert self.config.narrow_epsilon is not None
+        keep = narrow(
+            {names[i]: evals[i] for i in passing},
+            {names[i]: prices[i] for i in passing},
+            self.config.weights,
+            self.config.narrow_epsilon,
+        )
+        for i in passing:
+            if names[i] not in keep:
+                result.FailedNodes[names[i]] = (
+                    "fits, but not among the best headroom/cost nodes for this pod (narrowing)"
+                )
+        return [i for i in passing if names[i] in keep]
 
     def _unplaceable(self, pod: Pod, result: ExtenderFilterResult) -> None:
         reasons = {**result.FailedNodes, **result.FailedAndUnresolvableNodes}

@@ -94,8 +94,14 @@ class SimNode:
                 GpuView(f"{self.name}-gpu{i}", i, self.model, t, c, reserved_mib=c)
                 for i, (t, c) in enumerate(zip(self.gpu_total_mib, self.committed, strict=True))
             )
-            self._view = NodeView(self.name, gpus, self.capacity_type, self.instance_type,
-                                  self.per_gib_hour, self.version)
+            self._view = NodeView(
+                self.name,
+                gpus,
+                self.capacity_type,
+                self.instance_type,
+                self.per_gib_hour,
+                self.version,
+            )
         return self._view
 
     def commit(self, grants: list[tuple[int, int]], cpu_milli: int, memory_mib: int) -> None:
@@ -112,15 +118,33 @@ class SimNode:
         return sum(self.gpu_total_mib)
 
 
-def priced_node(name: str, itype: str, capacity: str, model: str, gpus: int, gpu_mib: int,
-                cpu_milli: int, memory_mib: int, prices: PriceBook) -> SimNode:
+def priced_node(
+    name: str,
+    itype: str,
+    capacity: str,
+    model: str,
+    gpus: int,
+    gpu_mib: int,
+    cpu_milli: int,
+    memory_mib: int,
+    prices: PriceBook,
+) -> SimNode:
     """A node priced as ``gpus`` GPUs at the stand-in instance's $/GPU-hour."""
     p = prices.node_price(itype, capacity)
     if p is None:
         raise ValueError(f"instance type {itype} missing from the price table")
     per_gpu = float(p.per_gpu_hour)
-    return SimNode(name, itype, capacity, model, (gpu_mib,) * gpus, cpu_milli, memory_mib,
-                   per_gpu * gpus, per_gpu * GIB / gpu_mib)
+    return SimNode(
+        name,
+        itype,
+        capacity,
+        model,
+        (gpu_mib,) * gpus,
+        cpu_milli,
+        memory_mib,
+        per_gpu * gpus,
+        per_gpu * GIB / gpu_mib,
+    )
 
 
 def make_cluster(n: int, seed: int, prices: PriceBook, spot_share: float = 0.5) -> list[SimNode]:
@@ -136,13 +160,25 @@ def make_cluster(n: int, seed: int, prices: PriceBook, spot_share: float = 0.5) 
             raise ValueError(f"instance type {itype} missing from the price table")
         capacity = SPOT if rng.random() < spot_share else ON_DEMAND
         cpu, mem = CPU_MEM[itype]
-        nodes.append(priced_node(f"node-{i:04d}", itype, capacity, info.gpu_model, info.gpus,
-                                 info.gpu_memory_mib, cpu * 1000, mem * GIB, prices))
+        nodes.append(
+            priced_node(
+                f"node-{i:04d}",
+                itype,
+                capacity,
+                info.gpu_model,
+                info.gpus,
+                info.gpu_memory_mib,
+                cpu * 1000,
+                mem * GIB,
+                prices,
+            )
+        )
     return nodes
 
 
-def read_alibaba_nodes(path: Path, seed: int, prices: PriceBook,
-                       spot_share: float = 0.5) -> list[SimNode]:
+def read_alibaba_nodes(
+    path: Path, seed: int, prices: PriceBook, spot_share: float = 0.5
+) -> list[SimNode]:
     """Nodes from an ``openb_node_list`` CSV; nodes without GPUs are skipped."""
     rng = random.Random(seed)
     nodes = []
@@ -154,8 +190,19 @@ def read_alibaba_nodes(path: Path, seed: int, prices: PriceBook,
             model = (row.get("model") or "").strip()
             gib, itype = ALIBABA_MODELS.get(model, UNKNOWN_MODEL)
             capacity = SPOT if rng.random() < spot_share else ON_DEMAND
-            nodes.append(priced_node(row["sn"], itype, capacity, model, gpus, gib * GIB,
-                                     int(row["cpu_milli"]), int(row["memory_mib"]), prices))
+            nodes.append(
+                priced_node(
+                    row["sn"],
+                    itype,
+                    capacity,
+                    model,
+                    gpus,
+                    gib * GIB,
+                    int(row["cpu_milli"]),
+                    int(row["memory_mib"]),
+                    prices,
+                )
+            )
     return nodes
 
 

@@ -14,12 +14,13 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from bench.quality.cluster import GIB, SPOT, SimNode
-from bench.quality.scheduler import Mode, Scheduler
-from bench.quality.trace import TracePod, nominal_mib
 from extender.scoring import Context, Evaluation, Policy, Weights
 from extender.scoring.fit import unit_mib
 from extender.scoring.policies.fgd import fragmentation, node_state
+
+from .cluster import GIB, SPOT, SimNode
+from .scheduler import Mode, Scheduler
+from .trace import TracePod, nominal_mib
 
 
 @dataclass
@@ -63,10 +64,20 @@ def grants(ev: Evaluation, pod: TracePod, ctx: Context) -> list[tuple[int, int]]
     return [(g.index, unit_mib(g, pod.demand, ctx.limits)) for g in ev.chosen]
 
 
-def inflate(nodes: list[SimNode], trace: Sequence[TracePod], policy: Policy, ctx: Context,
-            weights: Weights, mode: Mode, narrowing: bool, seed: int, label: str,
-            model_mem: dict[str, list[int]], max_arrived: float = 1.2,
-            fail_streak: int = 200) -> Result:
+def inflate(
+    nodes: list[SimNode],
+    trace: Sequence[TracePod],
+    policy: Policy,
+    ctx: Context,
+    weights: Weights,
+    mode: Mode,
+    narrowing: bool,
+    seed: int,
+    label: str,
+    model_mem: dict[str, list[int]],
+    max_arrived: float = 1.2,
+    fail_streak: int = 200,
+) -> Result:
     """Run one policy through the inflation method; ``nodes`` is consumed (mutated)."""
     capacity = sum(n.total_mib for n in nodes)
     res = Result(label, mode.name, capacity / GIB, sum(len(n.gpu_total_mib) for n in nodes))
@@ -95,10 +106,12 @@ def inflate(nodes: list[SimNode], trace: Sequence[TracePod], policy: Policy, ctx
             node.commit(taken, pod.cpu_milli, pod.memory_mib)
             allocated_mib += sum(mib for _, mib in taken)
             res.od_on_spot += int(pod.on_demand_only and node.capacity_type == SPOT)
-        res.curve.append((arrived_mib / capacity, allocated_mib / capacity, cost,
-                          allocated_mib / GIB))
+        res.curve.append(
+            (arrived_mib / capacity, allocated_mib / capacity, cost, allocated_mib / GIB)
+        )
     res.cost_per_hour = cost
     res.idle_gpus = sum(1 for n in nodes for c in n.committed if c == 0)
-    res.frag_gib = sum(fragmentation(node_state(n.view(), ctx.limits)[0], ctx.mix)
-                       for n in nodes) / GIB
+    res.frag_gib = (
+        sum(fragmentation(node_state(n.view(), ctx.limits)[0], ctx.mix) for n in nodes) / GIB
+    )
     return res

@@ -22,10 +22,11 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from bench.quality.cluster import SimNode
-from bench.quality.trace import TracePod
 from extender.scoring import Context, Evaluation, Policy, Weights, evaluate, priorities
 from extender.scoring.narrowing import blended, narrow
+
+from .cluster import SimNode
+from .trace import TracePod
 
 MIN_FEASIBLE = 100
 MIN_PERCENT = 5
@@ -55,8 +56,10 @@ def num_feasible_to_find(n: int, percentage: int = 0) -> int:
 def in_tree_fits(node: SimNode, pod: TracePod) -> bool:
     if pod.models and node.model not in pod.models:
         return False
-    return (node.cpu_used + pod.cpu_milli <= node.cpu_milli
-            and node.mem_used + pod.memory_mib <= node.memory_mib)
+    return (
+        node.cpu_used + pod.cpu_milli <= node.cpu_milli
+        and node.mem_used + pod.memory_mib <= node.memory_mib
+    )
 
 
 def least_allocated(node: SimNode, pod: TracePod) -> int:
@@ -80,8 +83,16 @@ def balanced_allocation(node: SimNode, pod: TracePod) -> int:
 class Scheduler:
     """Places pods one by one on ``nodes`` with one policy, weights and mechanism."""
 
-    def __init__(self, nodes: list[SimNode], policy: Policy, ctx: Context, weights: Weights,
-                 mode: Mode, narrowing: bool, seed: int) -> None:
+    def __init__(
+        self,
+        nodes: list[SimNode],
+        policy: Policy,
+        ctx: Context,
+        weights: Weights,
+        mode: Mode,
+        narrowing: bool,
+        seed: int,
+    ) -> None:
         self.nodes = nodes
         self.by_name = {n.name: n for n in nodes}
         self.policy, self.ctx, self.weights = policy, ctx, weights
@@ -94,8 +105,9 @@ class Scheduler:
     def candidates(self, pod: TracePod) -> list[SimNode]:
         """Step 1: in-tree filter, with kube-scheduler's node sampling in kube mode."""
         n = len(self.nodes)
-        want = (num_feasible_to_find(n, self.mode.percentage_of_nodes_to_score)
-                if self.mode.kube else n)
+        want = (
+            num_feasible_to_find(n, self.mode.percentage_of_nodes_to_score) if self.mode.kube else n
+        )
         found: list[SimNode] = []
         processed = 0
         for k in range(n):
@@ -137,8 +149,9 @@ class Scheduler:
         total = {}
         for name in names:
             node = self.by_name[name]
-            total[name] = (ext[name] * w + least_allocated(node, pod)
-                           + balanced_allocation(node, pod))
+            total[name] = (
+                ext[name] * w + least_allocated(node, pod) + balanced_allocation(node, pod)
+            )
         top = max(total.values())
         return self.rng.choice([name for name in names if total[name] == top])
 

@@ -4,14 +4,15 @@ pod CSV format, both as ``TracePod``s (a ``GpuDemand`` plus allowed GPU models a
 Synthetic distribution (shares of GPU pods; the numbers are this project's choice, shaped
 after the Alibaba trace's mix of sharing, whole-GPU and multi-GPU tasks):
 
-| class        | share | GPUs                  | memory per GPU (GiB)                 | model-constrained  |
-|--------------|-------|-----------------------|--------------------------------------|--------------------|
-| small slice  | 0.45  | 1                     | 2,4,6,8,10,12,16,20 (w 1,3,2,3,1,2,2,1) | 25%: T4/A10G/L4 |
-| large slice  | 0.10  | 1                     | 24, 32, 40                           | 25%: L40S/A100/H100 |
-| 2-GPU slices | 0.05  | 2                     | 8, 12, 16                            | none               |
-| whole GPU    | 0.30  | 1                     | whole                                | 35%: one of A10G+L4, L40S, A100+H100 |
-| multi-GPU    | 0.10  | 2, 4, 8 (w 5, 3, 2)   | whole                                | 60%: A100/H100     |
+| class        | share | GPUs            | GiB per GPU                    | model-constrained     |
+|--------------|-------|-----------------|--------------------------------|-----------------------|
+| small slice  | 0.45  | 1               | 2,4,6,8,10,12,16,20 (w 13231221) | 25%: T4/A10G/L4     |
+| large slice  | 0.10  | 1               | 24, 32, 40                     | 25%: L40S/A100/H100   |
+| 2-GPU slices | 0.05  | 2               | 8, 12, 16                      | none                  |
+| whole GPU    | 0.30  | 1               | whole                          | 35%: one of 3 sets(*) |
+| multi-GPU    | 0.10  | 2,4,8 (w 5,3,2) | whole                          | 60%: A100/H100        |
 
+(*) {A10G, L4}, {L40S} or {A100, H100}, equally likely.
 About a third of pods carry a model constraint (Alibaba reports ~33% of its GPU tasks do).
 On-demand-only (not interruption tolerant): 40% of slices (serving), 30% of whole-GPU pods,
 15% of multi-GPU pods (training that checkpoints); the rest accept spot.
@@ -61,19 +62,45 @@ class TracePod:
 
 # (share, class name, GPU counts with weights, GiB choices with weights or None = whole,
 #  constrained share, allowed-model sets, on-demand-only share)
-_Class = tuple[float, str, tuple[tuple[int, int], ...], tuple[tuple[int, int], ...] | None,
-               float, tuple[frozenset[str], ...], float]
+_Class = tuple[
+    float,
+    str,
+    tuple[tuple[int, int], ...],
+    tuple[tuple[int, int], ...] | None,
+    float,
+    tuple[frozenset[str], ...],
+    float,
+]
 CLASSES: tuple[_Class, ...] = (
-    (0.45, "small-slice", ((1, 1),),
-     ((2, 1), (4, 3), (6, 2), (8, 3), (10, 1), (12, 2), (16, 2), (20, 1)),
-     0.25, (frozenset({"T4", "A10G", "L4"}),), 0.40),
-    (0.10, "large-slice", ((1, 1),), ((24, 1), (32, 1), (40, 1)),
-     0.25, (frozenset({"L40S", "A100", "H100"}),), 0.40),
+    (
+        0.45,
+        "small-slice",
+        ((1, 1),),
+        ((2, 1), (4, 3), (6, 2), (8, 3), (10, 1), (12, 2), (16, 2), (20, 1)),
+        0.25,
+        (frozenset({"T4", "A10G", "L4"}),),
+        0.40,
+    ),
+    (
+        0.10,
+        "large-slice",
+        ((1, 1),),
+        ((24, 1), (32, 1), (40, 1)),
+        0.25,
+        (frozenset({"L40S", "A100", "H100"}),),
+        0.40,
+    ),
     (0.05, "2-gpu-slices", ((2, 1),), ((8, 1), (12, 1), (16, 1)), 0.0, (), 0.40),
-    (0.30, "whole-gpu", ((1, 1),), None, 0.35,
-     (frozenset({"A10G", "L4"}), frozenset({"L40S"}), frozenset({"A100", "H100"})), 0.30),
-    (0.10, "multi-gpu", ((2, 5), (4, 3), (8, 2)), None, 0.60,
-     (frozenset({"A100", "H100"}),), 0.15),
+    (
+        0.30,
+        "whole-gpu",
+        ((1, 1),),
+        None,
+        0.35,
+        (frozenset({"A10G", "L4"}), frozenset({"L40S"}), frozenset({"A100", "H100"})),
+        0.30,
+    ),
+    (0.10, "multi-gpu", ((2, 5), (4, 3), (8, 2)), None, 0.60, (frozenset({"A100", "H100"}),), 0.15),
 )
 
 
@@ -87,10 +114,12 @@ def make_trace(n: int, seed: int) -> list[TracePod]:
     pods = []
     for i in range(n):
         _, kind, counts, mems, constrained, model_sets, od_share = rng.choices(
-            CLASSES, [c[0] for c in CLASSES])[0]
+            CLASSES, [c[0] for c in CLASSES]
+        )[0]
         count = _pick(rng, counts)
         gib = _pick(rng, mems) if mems else None
-        models = rng.choice(model_sets) if model_sets and rng.random() < constrained else frozenset()
+        pinned = bool(model_sets) and rng.random() < constrained
+        models = rng.choice(model_sets) if pinned else frozenset()
         capacity = CapacityPref.ON_DEMAND if rng.random() < od_share else CapacityPref.ANY
         g = count * (min(1.0, gib / 24) if gib else 1.0)
         cpu = max(250, round(g * rng.uniform(0.5, 3.5) * 1000))
@@ -100,8 +129,9 @@ def make_trace(n: int, seed: int) -> list[TracePod]:
     return pods
 
 
-def read_alibaba_pods(path: Path, model_mem: Mapping[str, Sequence[int]]) -> tuple[
-        list[TracePod], int]:
+def read_alibaba_pods(
+    path: Path, model_mem: Mapping[str, Sequence[int]]
+) -> tuple[list[TracePod], int]:
     """GPU pods from an ``openb_pod_list`` CSV and the number of CPU-only rows skipped.
     ``model_mem``: per GPU model in the cluster, the memory of its GPUs (MiB)."""
     pods, skipped = [], 0
@@ -145,7 +175,8 @@ def nominal_mib(pod: TracePod, model_mem: Mapping[str, Sequence[int]]) -> float:
     d = pod.demand
     if d.memory_mib is not None:
         return float(d.count * d.memory_mib)
-    sizes = [m for name, ms in model_mem.items() if not pod.models or name in pod.models for m in ms]
+    allowed = pod.models
+    sizes = [m for name, ms in model_mem.items() if not allowed or name in allowed for m in ms]
     return d.count * (sum(sizes) / len(sizes) if sizes else 0.0)
 
 

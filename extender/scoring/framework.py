@@ -70,19 +70,29 @@ def _never_fits(node: NodeView, demand: GpuDemand, ctx: Context) -> bool:
     return len(big) < demand.count
 
 
-def priorities(
+def blended(
     evals: Mapping[str, Evaluation], prices: Mapping[str, float | None], weights: Weights
-) -> dict[str, int]:
-    """Integer 0..10 per node; nodes that do not fit get 0."""
+) -> dict[str, float]:
+    """b(n) in 0..1 for each fitting node: the policy's raw score min-max normalised over
+    the fitting nodes (all 1 when equal), blended with the cost term by the weights."""
     fit = {name: e.raw for name, e in evals.items() if e.fits}
-    scores = dict.fromkeys(evals, 0)
     if not fit:
-        return scores
+        return {}
     lo, hi = min(fit.values()), max(fit.values())
     cost = cost_terms({name: prices.get(name) for name in fit})
     total_w = weights.policy + weights.cost
-    for name, raw in fit.items():
-        pol = (raw - lo) / (hi - lo) if hi > lo else 1.0
-        blended = (weights.policy * pol + weights.cost * cost[name]) / total_w
-        scores[name] = max(0, min(MAX_PRIORITY, round(MAX_PRIORITY * blended)))
+    return {
+        name: (weights.policy * ((raw - lo) / (hi - lo) if hi > lo else 1.0)
+               + weights.cost * cost[name]) / total_w
+        for name, raw in fit.items()
+    }
+
+
+def priorities(
+    evals: Mapping[str, Evaluation], prices: Mapping[str, float | None], weights: Weights
+) -> dict[str, int]:
+    """Integer 0..10 per node, round(10 * b(n)); nodes that do not fit get 0."""
+    scores = dict.fromkeys(evals, 0)
+    for name, b in blended(evals, prices, weights).items():
+        scores[name] = max(0, min(MAX_PRIORITY, round(MAX_PRIORITY * b)))
     return scores

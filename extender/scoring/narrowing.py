@@ -18,28 +18,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from extender.scoring.cost import cost_terms
-from extender.scoring.framework import Evaluation, Weights
+from extender.scoring.framework import Evaluation, Weights, blended
 
 EPSILON = 0.02  # in blended units (0..1); the scheduler's integer step is 0.1
 KEEP = 1
-
-
-def blended(
-    evals: Mapping[str, Evaluation], prices: Mapping[str, float | None], weights: Weights
-) -> dict[str, float]:
-    """b(n) in 0..1 for each fitting node: the policy and cost blend ``priorities`` rounds."""
-    fit = {name: e.raw for name, e in evals.items() if e.fits}
-    if not fit:
-        return {}
-    lo, hi = min(fit.values()), max(fit.values())
-    cost = cost_terms({name: prices.get(name) for name in fit})
-    total_w = weights.policy + weights.cost
-    out: dict[str, float] = {}
-    for name, raw in fit.items():
-        pol = (raw - lo) / (hi - lo) if hi > lo else 1.0
-        out[name] = (weights.policy * pol + weights.cost * cost[name]) / total_w
-    return out
 
 
 def narrow(
