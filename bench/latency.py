@@ -5,8 +5,11 @@ the floor (a trivial endpoint on the same server receiving the same bodies).
     .venv/bin/python bench/latency.py [--sizes 100,1000,5000] [--requests 200] \
         [--out docs/bench-latency.md]
 
-"warm": every request has the same shape (the per-node evaluation cache hits, as for a
-burst of replicas); "cold": every request a new memory ask (every node evaluated afresh).
+"warm": every pod has the same shape and nothing changed in between (replicas in a row);
+"churn": the same shape, but 1% of the nodes reported changed usage before each pod (the
+realistic case: only those are re-evaluated); "cold": every pod a new memory ask (every
+node evaluated afresh). filter gets the candidates, prioritize the nodes filter passed
+(narrowing: usually a few), exactly as kube-scheduler sends them.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import random
 import statistics
 import subprocess
 import sys
@@ -73,57 +77,87 @@ def start_server(tmp: str) -> tuple[subprocess.Popen[bytes], str]:
     raise RuntimeError("server did not start")
 
 
-def report_nodes(client: httpx.Client, names: list[str]) -> None:
+LABELS = {"node.kubernetes.io/instance-type": "g5.12xlarge"}
+JSON = {"Content-Type": "application/json"}
+
+
+def report_nodes(client: httpx.Client, names: list[str]) -> dict[str, SimulatedDriver]:
     clock = SystemClock()
+    drivers = {}
     for i, name in enumerate(tqdm(names, desc="agent reports", leave=False, file=sys.stderr)):
-        d = SimulatedDriver("4xA10G:24Gi", seed=i, node=name, clock=clock)
+        d = drivers[name] = SimulatedDriver("4xA10G:24Gi", seed=i, node=name, clock=clock)
         for j, uuid in enumerate(d.gpu_uuids[: i % 4]):
             d.start_process(f"pod-{i}-{j}", uuid, 2048 * (1 + (i + j) % 8))
-        rep = build_report(
-            d,
-            name,
-            d.attribute,
-            clock,
-            labels={
-                "node.kubernetes.io/instance-type": "g5.12xlarge",
-                "karpenter.sh/capacity-type": "spot" if i % 2 else "on-demand",
-            },
-        )
-        client.post("/v1/reports", content=msgspec.json.encode(rep)).raise_for_status()
+        send_report(client, d, name, "spot" if i % 2 else "on-demand")
+    return drivers
 
 
-def timed(client: httpx.Client, path: str, body: bytes) -> float:
+def send_report(client: httpx.Client, d: SimulatedDriver, name: str, capacity: str) -> None:
+    labels = {**LABELS, "karpenter.sh/capacity-type": capacity}
+    rep = build_report(d, name, d.attribute, SystemClock(), labels=labels)
+    client.post("/v1/reports", content=msgspec.json.encode(rep)).raise_for_status()
+
+
+def churn(client: httpx.Client, drivers: dict[str, SimulatedDriver], names: list[str],
+          rng: random.Random, share: float = 0.01) -> None:
+    """Between two pods, 1% of the nodes report changed usage (untimed)."""
+    for name in rng.sample(names, max(1, int(len(names) * share))):
+        d = drivers[name]
+        d.end_pod("churn")
+        d.start_process("churn", rng.choice(d.gpu_uuids), rng.randrange(256, 4096))
+        send_report(client, d, name, "spot" if int(name[-5:]) % 2 else "on-demand")
+
+
+def timed(client: httpx.Client, path: str, body: bytes) -> tuple[float, httpx.Response]:
     t = time.perf_counter()
-    r = client.post(path, content=body, headers={"Content-Type": "application/json"})
+    r = client.post(path, content=body, headers=JSON)
+    elapsed = time.perf_counter() - t
     r.raise_for_status()
-    return time.perf_counter() - t
+    return elapsed, r
 
 
 def measure(
-    client: httpx.Client, names: list[str], mode: str, shape: str, n: int
+    client: httpx.Client, drivers: dict[str, SimulatedDriver], names: list[str], mode: str,
+    shape: str, n: int,
 ) -> dict[str, float]:
-    nodes = [node_object(x) for x in names] if mode == "Nodes" else None
+    """kube-scheduler's sequence per pod: filter with the candidates, then prioritize with
+    the nodes filter passed; the floor gets the very same two bodies."""
+    nodes = {x: node_object(x) for x in names} if mode == "Nodes" else None
     ours, floor = [], []
+    rng = random.Random(7)
     for i in tqdm(
         range(n), desc=f"{len(names)} nodes {mode} {shape}", leave=False, file=sys.stderr
     ):
-        mem = 4096 if shape == "warm" else 1024 + i
-        args: dict[str, Any] = {"Pod": pod(i, mem), "NodeNames": None, "Nodes": None}
-        if nodes is None:
-            args["NodeNames"] = names
-        else:
-            args["Nodes"] = {"metadata": {}, "items": nodes}
-        body = msgspec.json.encode(args)
-        # the scheduler's sequence: filter, then prioritize on the passing set (all pass here)
-        ours.append(timed(client, "/filter", body) + timed(client, "/prioritize", body))
-        floor.append(timed(client, "/floor", body) + timed(client, "/floor", body))
+        if shape == "churn":
+            churn(client, drivers, names, rng)
+        mem = 1024 + i if shape == "cold" else 4096
+        first = body_for(pod(i, mem), names, nodes)
+        t_filter, reply = timed(client, "/filter", first)
+        second = body_for(pod(i, mem), passed(reply.json(), nodes), nodes)
+        ours.append(t_filter + timed(client, "/prioritize", second)[0])
+        floor.append(timed(client, "/floor", first)[0] + timed(client, "/floor", second)[0])
     return {
         "p50": statistics.median(ours) * 1e3,
         "p99": _p99(ours) * 1e3,
         "floor_p50": statistics.median(floor) * 1e3,
         "floor_p99": _p99(floor) * 1e3,
-        "body_kib": len(body) / 1024,
+        "body_kib": len(first) / 1024,
     }
+
+
+def body_for(pod_: dict[str, Any], names: list[str], nodes: dict[str, Any] | None) -> bytes:
+    args: dict[str, Any] = {"Pod": pod_, "NodeNames": None, "Nodes": None}
+    if nodes is None:
+        args["NodeNames"] = names
+    else:
+        args["Nodes"] = {"metadata": {}, "items": [nodes[x] for x in names]}
+    return msgspec.json.encode(args)
+
+
+def passed(reply: dict[str, Any], nodes: dict[str, Any] | None) -> list[str]:
+    if nodes is None:
+        return list(reply["NodeNames"])
+    return [n["metadata"]["name"] for n in reply["Nodes"]["items"]]
 
 
 def _p99(xs: list[float]) -> float:
@@ -145,10 +179,10 @@ def main() -> None:
         try:
             with make_client(url, timeout=120) as client:
                 names = [f"node-{i:05d}" for i in range(max(sizes))]
-                report_nodes(client, names)
+                drivers = report_nodes(client, names)
                 for size in sizes:
                     for mode in ("NodeNames", "Nodes"):
-                        for shape in ("warm", "cold"):
+                        for shape in ("warm", "churn", "cold"):
                             n = args.requests if mode == "NodeNames" else args.nodes_mode_requests
                             rows.append(
                                 (
@@ -156,7 +190,7 @@ def main() -> None:
                                     mode,
                                     shape,
                                     n,
-                                    measure(client, names[:size], mode, shape, n),
+                                    measure(client, drivers, names[:size], mode, shape, n),
                                 )
                             )
         finally:

@@ -9,7 +9,7 @@ Thread-safe: reports, binds and releases may come from different threads.
 from __future__ import annotations
 
 import threading
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import dataclass, field
 
 from extender.nodefacts import NodeFacts, facts_from_labels
@@ -85,6 +85,8 @@ class Inventory:
         self._reserved: dict[str, int] = defaultdict(int)  # gpu uuid -> MiB reserved
         self._lock = threading.RLock()
         self._seq = 0
+        # (seq, node) of every change, so request plans re-evaluate only what changed
+        self._changes: deque[tuple[int, str]] = deque(maxlen=100_000)
 
     # --- inputs ----------------------------------------------------------------------
 
@@ -107,9 +109,11 @@ class Inventory:
                 node = self._nodes[report.node] = _Node(
                     facts_from_labels(report.node, report.labels)
                 )
-            elif node.facts_from_report and report.labels:
-                node.facts = facts_from_labels(report.node, report.labels)
             changed = gpus != node.gpus or node.received_at is None
+            if node.facts_from_report and report.labels:
+                facts = facts_from_labels(report.node, report.labels)
+                changed = changed or facts != node.facts
+                node.facts = facts
             node.gpus, node.received_at = gpus, received_at
             if changed:
                 self._touch(report.node)
@@ -120,7 +124,9 @@ class Inventory:
             node = self._nodes.get(name)
             if node is None:
                 node = self._nodes[name] = _Node(facts_from_labels(name, {}))
-            node.draining = draining
+            if node.draining != draining:
+                node.draining = draining
+                self._touch(name)
 
     def draining(self, name: str) -> bool:
         node = self._nodes.get(name)
@@ -129,6 +135,7 @@ class Inventory:
     def remove_node(self, name: str) -> None:
         with self._lock:
             self._nodes.pop(name, None)
+            self._touch(name)
 
     def reserve(self, grants: list[Grant]) -> None:
         if not grants:
@@ -202,7 +209,7 @@ class Inventory:
 
     def ready_view(
         self, name: str, now: float, stale_after: float
-    ) -> tuple[NodeView, dict[object, object]] | None:
+    ) -> tuple[NodeView, dict[object, object], float] | None:
         """The hot path: the view and its memo if the node is schedulable now (reported,
         fresh, not disrupted); None otherwise (the caller then asks why)."""
         node = self._nodes.get(name)
@@ -220,7 +227,7 @@ class Inventory:
                 view = self._build_view(name, node)
         if node.memo_version != view.version or len(node.memo) > 64:
             node.memo, node.memo_version = {}, view.version
-        return view, node.memo
+        return view, node.memo, node.received_at
 
     def view(self, name: str) -> NodeView | None:
         """The node as scoring sees it, or None if no agent has reported for it."""
@@ -266,8 +273,27 @@ class Inventory:
 
     # --- internals -------------------------------------------------------------------
 
+    @property
+    def seq(self) -> int:
+        return self._seq
+
+    def changed_since(self, seq: int) -> set[str] | None:
+        """Nodes changed after ``seq``; None if the log no longer reaches back that far."""
+        with self._lock:
+            if seq == self._seq:
+                return set()
+            if not self._changes or self._changes[0][0] > seq + 1:
+                return None
+            out: set[str] = set()
+            for s, name in reversed(self._changes):
+                if s <= seq:
+                    break
+                out.add(name)
+            return out
+
     def _touch(self, name: str) -> None:
         self._seq += 1
+        self._changes.append((self._seq, name))
         node = self._nodes.get(name)
         if node is not None:
             node.version = self._seq

@@ -164,17 +164,6 @@ preemption_decoder = msgspec.json.Decoder(ExtenderPreemptionArgs)
 node_decoder = msgspec.json.Decoder(Node)
 
 
-class _NamedMeta(msgspec.Struct):
-    name: str = ""
-
-
-class NamedObject(msgspec.Struct):
-    """Only ``metadata.name``: the scan skips everything else without building it."""
-
-    metadata: _NamedMeta = msgspec.field(default_factory=_NamedMeta)
-
-
-name_decoder = msgspec.json.Decoder(NamedObject)
 encoder = msgspec.json.Encoder()
 
 

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import cast
 
 import msgspec
 
@@ -34,7 +35,8 @@ from extender.inventory import Grant, Inventory
 from extender.ledger.base import Ledger
 from extender.ledger_writer import LedgerWriter
 from extender.metrics import SCHEDULING
-from extender.nodefacts import facts_from_node
+from extender.nodecache import NodeObjectCache
+from extender.plans import Entry, Plan, Plans
 from extender.podcache import PodCache, SeenPod
 from extender.pricing import NodePrice
 from extender.protocol import (
@@ -48,8 +50,6 @@ from extender.protocol import (
     MetaPod,
     MetaVictims,
     Pod,
-    name_decoder,
-    node_decoder,
 )
 from extender.reports import NodeReport, ReportResponse
 from extender.scoring import Context, Evaluation, Limits, Policy, Weights, evaluate, priorities
@@ -105,6 +105,8 @@ class SchedulingService:
         self.config = config
         self.pods = PodCache()
         self.mix = WorkloadMix()
+        self.plans = Plans()
+        self.node_objects = NodeObjectCache(self.inventory.update_facts)
         # edges plug in here: Kubernetes Events / metrics for pods that fit nowhere, and a
         # lookup of pods bind was not shown by filter (the watch cache after a restart)
         self.unplaceable_hooks: list[Callable[[PodRef, dict[str, str]], None]] = [
@@ -151,9 +153,26 @@ class SchedulingService:
                 return ExtenderFilterResult(), list(raws)
             return ExtenderFilterResult(NodeNames=list(args.NodeNames or [])), None
         names = self._names(args)
+        evals, prices, derived = self._evaluate_all(args.Pod, demand, names, self.clock.now())
+        outcome = derived.get("filter")
+        if outcome is None:  # the same candidates and shape as last time give the same reply
+            outcome = derived["filter"] = self._filter_outcome(names, evals, prices, demand)
+        passing, result = cast(tuple[list[int], ExtenderFilterResult], outcome)
+        if not passing and names:
+            self._unplaceable(args.Pod, result)
+        if raws is not None:
+            return msgspec.structs.replace(result, NodeNames=None), [raws[i] for i in passing]
+        return result, None
+
+    def _filter_outcome(
+        self,
+        names: list[str],
+        evals: list[Evaluation],
+        prices: list[float | None],
+        demand: GpuDemand,
+    ) -> tuple[list[int], ExtenderFilterResult]:
         result = ExtenderFilterResult()
         passing: list[int] = []
-        evals, prices = self._evaluate_all(args.Pod, demand, names, self.clock.now())
         for i, (name, ev) in enumerate(zip(names, evals, strict=True)):
             if ev.fits:
                 passing.append(i)
@@ -163,12 +182,8 @@ class SchedulingService:
                 result.FailedNodes[name] = ev.reason
         if self.config.narrow_epsilon is not None and demand.count > 0 and len(passing) > 1:
             passing = self._narrow(names, evals, prices, passing, result)
-        if not passing and names:
-            self._unplaceable(args.Pod, result)
-        if raws is not None:
-            return result, [raws[i] for i in passing]
         result.NodeNames = [names[i] for i in passing]
-        return result, None
+        return passing, result
 
     def _narrow(
         self,
@@ -207,28 +222,23 @@ class SchedulingService:
         if args.Pod is None:
             raise ValueError("request has no Pod")
         demand = self._remember(args.Pod)
-        # filter already took the node facts from these Node objects: read only the names
-        names = self._names(args, facts=False)
+        names = self._names(args)
         if not demand.wants_gpu:
             return [HostPriority(Host=n, Score=0) for n in names]
-        evals, prices = self._evaluate_all(args.Pod, demand, names, self.clock.now())
-        scores = priorities(dict(zip(names, evals, strict=True)),
-                            dict(zip(names, prices, strict=True)), self.config.weights)
-        return [HostPriority(Host=n, Score=scores[n]) for n in names]
+        evals, prices, derived = self._evaluate_all(args.Pod, demand, names, self.clock.now())
+        reply = derived.get("prioritize")
+        if reply is None:
+            scores = priorities(dict(zip(names, evals, strict=True)),
+                                dict(zip(names, prices, strict=True)), self.config.weights)
+            reply = derived["prioritize"] = [HostPriority(Host=n, Score=scores[n]) for n in names]
+        return cast(list[HostPriority], reply)
 
-    def _names(self, args: ExtenderArgs, facts: bool = True) -> list[str]:
+    def _names(self, args: ExtenderArgs) -> list[str]:
         if args.NodeNames is not None:
             return args.NodeNames
         if args.Nodes is None:
             return []
-        if not facts:
-            return [name_decoder.decode(raw).metadata.name for raw in args.Nodes.items]
-        names = []
-        for raw in args.Nodes.items:
-            node = node_decoder.decode(raw)
-            self.inventory.update_facts(facts_from_node(node))
-            names.append(node.metadata.name)
-        return names
+        return self.node_objects.names(args.Nodes.items)
 
     def _remember(self, pod: Pod) -> GpuDemand:
         demand = demand_of(pod)
@@ -242,32 +252,43 @@ class SchedulingService:
 
     def _evaluate_all(
         self, pod: Pod, demand: GpuDemand, names: list[str], now: float
-    ) -> tuple[list[Evaluation], list[float | None]]:
-        """Each node's evaluation and $/GiB-h for this pod (device-plugin GPUs or DRA claims).
-
-        The hot loop of the extender: one inventory lookup per node, and the policy runs
-        only when this node changed since a pod of the same shape was evaluated."""
+    ) -> tuple[list[Evaluation], list[float | None], dict[str, object]]:
+        """Each node's evaluation and $/GiB-h for this pod (device-plugin GPUs or DRA
+        claims), and where replies derived from them may be cached (dropped on change)."""
         if demand.count == 0 and demand.dra_claims:
-            return self._evaluate_all_dra(pod, names, now)
+            evals, prices = self._evaluate_all_dra(pod, names, now)
+            return evals, prices, {}
+        plan = self._plan(demand, names, now)
+        return plan.evals, plan.prices, plan.derived
+
+    def _plan(self, demand: GpuDemand, names: list[str], now: float) -> Plan:
+        shape = (demand.key, demand.capacity, self.mix.version)
+        return self.plans.plan(
+            names, shape, now, self.inventory.seq, self.inventory.changed_since,
+            lambda subset: self._evaluate_nodes(subset, demand, shape, now),
+            self.config.stale_after,
+        )
+
+    def _evaluate_nodes(
+        self, names: list[str], demand: GpuDemand, shape: tuple[object, ...], now: float
+    ) -> list[Entry]:
+        """Evaluate each node for this pod shape; the policy runs only when the node
+        changed since a pod of the same shape was evaluated there (the node's memo)."""
         ctx, stale = self._context(), self.config.stale_after
-        key = (demand.key, demand.capacity, self.mix.version)
         ready_view = self.inventory.ready_view
-        evals: list[Evaluation] = []
-        prices: list[float | None] = []
+        out: list[Entry] = []
         for name in names:
             ready = ready_view(name, now, stale)
             if ready is None:
                 reason = self._unavailable(name, now) or "node changed during evaluation; retry"
-                evals.append(Evaluation(False, reason, unresolvable=True))
-                prices.append(None)
+                out.append((Evaluation(False, reason, unresolvable=True), None, None))
                 continue
-            view, memo = ready
-            ev = memo.get(key)
+            view, memo, received = ready
+            ev = memo.get(shape)
             if ev is None:
-                ev = memo[key] = evaluate(view, demand, self.policy, ctx)
-            evals.append(ev)  # type: ignore[arg-type]
-            prices.append(view.price_per_gib_hour)
-        return evals, prices
+                ev = memo[shape] = evaluate(view, demand, self.policy, ctx)
+            out.append((ev, view.price_per_gib_hour, received))  # type: ignore[arg-type]
+        return out
 
     def _evaluate_all_dra(
         self, pod: Pod, names: list[str], now: float

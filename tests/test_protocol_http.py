@@ -137,3 +137,18 @@ def test_bodies_captured_from_the_real_kube_scheduler_decode(ext: Extender) -> N
         assert r.status_code == 200, r.text
     bind = json.loads((CAPTURED / "bind.json").read_text())
     assert set(bind) == {"PodName", "PodNamespace", "PodUID", "Node"}
+
+
+def test_nodes_mode_sees_a_changed_node_object(ext: Extender) -> None:
+    """Unchanged Node objects are not re-decoded, but a changed one (new taint) is."""
+    pod = gpu_pod("p-taint", memory="4Gi")
+    plain = real_node("n-spot")
+    first = ext.post("filter", nodes_mode(pod, [plain])).json()
+    assert first["Nodes"]["items"] == [plain]
+    tainted = real_node("n-spot", taints=[{"key": "karpenter.sh/disrupted",
+                                           "effect": "NoSchedule"}])
+    second = ext.post("filter", nodes_mode(pod, [tainted])).json()
+    assert second["Nodes"]["items"] == []
+    assert "disrupted" in second["FailedAndUnresolvableNodes"]["n-spot"]
+    third = ext.post("filter", nodes_mode(pod, [plain])).json()
+    assert third["Nodes"]["items"] == [plain]  # the taint went away again

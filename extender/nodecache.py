@@ -1,0 +1,50 @@
+"""Names (and facts) of full Node objects sent in Nodes mode, without re-decoding each.
+
+With ``nodeCacheCapable: false`` kube-scheduler sends every candidate Node in full
+(~6 KiB each) on every filter and prioritize call; most are byte-for-byte what it sent
+last time. A node's raw JSON is looked up by its hash; a hit is confirmed by finding the
+cached name in the bytes (so a hash collision can only cost a decode, never a wrong
+name). Facts are applied again only when a node's object differs from the one applied
+last (a taint added and removed again is seen both times).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import msgspec
+
+from extender.nodefacts import NodeFacts, facts_from_node
+from extender.protocol import node_decoder
+
+
+class NodeObjectCache:
+    def __init__(self, apply: Callable[[NodeFacts], None], capacity: int = 50_000) -> None:
+        self._entries: dict[int, tuple[str, bytes, NodeFacts]] = {}
+        self._applied: dict[str, int] = {}  # node name -> key of the object applied last
+        self._apply = apply
+        self._capacity = capacity
+
+    def names(self, raws: list[msgspec.Raw]) -> list[str]:
+        out = []
+        for raw in raws:
+            data = bytes(raw)
+            key = hash(data)
+            entry = self._entries.get(key)
+            if entry is None or entry[1] not in data:
+                entry = self._decode(data, key)
+            name, _, facts = entry
+            if self._applied.get(name) != key:
+                self._apply(facts)
+                self._applied[name] = key
+            out.append(name)
+        return out
+
+    def _decode(self, data: bytes, key: int) -> tuple[str, bytes, NodeFacts]:
+        node = node_decoder.decode(data)
+        name = node.metadata.name
+        if len(self._entries) >= self._capacity:
+            self._entries.clear()
+            self._applied.clear()
+        entry = self._entries[key] = (name, msgspec.json.encode(name), facts_from_node(node))
+        return entry

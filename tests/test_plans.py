@@ -1,0 +1,106 @@
+"""Request plans answer exactly what a fresh evaluation of every node would, whatever
+happened in between (reports, binds, releases, staleness, taints, NodeClaims)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from drivers.agent import build_report
+from drivers.simulated import SimulatedDriver
+from extender.binder import InProcessBinder
+from extender.clock import ManualClock
+from extender.inventory import Inventory
+from extender.ledger import open_ledger
+from extender.nodefacts import facts_from_labels
+from extender.plans import Plans
+from extender.pricing import load_pricebook
+from extender.protocol import ExtenderBindingArgs, args_decoder, encoder
+from extender.scoring import policy_by_name
+from extender.service import SchedulingService, ServiceConfig
+
+NODES = [f"n{i}" for i in range(6)]
+SHAPES = ["4Gi", "12Gi", None]
+
+op = st.one_of(
+    st.tuples(st.just("use"), st.integers(0, 5), st.integers(0, 3), st.integers(0, 20)),
+    st.tuples(st.just("report"), st.integers(0, 5), st.just(0), st.just(0)),
+    st.tuples(st.just("bind"), st.integers(0, 5), st.integers(0, 2), st.integers(0, 10_000)),
+    st.tuples(st.just("release"), st.integers(0, 10_000), st.just(0), st.just(0)),
+    st.tuples(st.just("time"), st.integers(1, 40), st.just(0), st.just(0)),
+    st.tuples(st.just("taint"), st.integers(0, 5), st.booleans(), st.just(0)),
+    st.tuples(st.just("drain"), st.integers(0, 5), st.booleans(), st.just(0)),
+)
+
+
+def pod(uid: str, memory: str | None) -> dict:
+    ann = {"headroom.dev/gpu-memory": memory} if memory else {}
+    return {"metadata": {"name": uid, "namespace": "t", "uid": uid, "annotations": ann},
+            "spec": {"containers": [{"name": "c", "resources": {"limits": {
+                "nvidia.com/gpu": "1"}}}]}}
+
+
+def replies(svc: SchedulingService, shape: str | None) -> tuple[bytes, bytes]:
+    args = args_decoder.decode(msgspec.json.encode({"Pod": pod(f"q-{shape}", shape),
+                                                    "NodeNames": NODES}))
+    result, _ = svc.filter(args)
+    return encoder.encode(result), encoder.encode(svc.prioritize(args))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(op, min_size=1, max_size=25))
+def test_plans_match_a_fresh_evaluation(tmp_path: Path, ops: list[tuple]) -> None:
+    clock = ManualClock()
+    ledger = open_ledger(str(tmp_path / f"l{abs(hash(tuple(ops)))}.db"), clock)
+    svc = SchedulingService(Inventory(load_pricebook()), ledger, InProcessBinder(),
+                            policy_by_name("headroom"), clock,
+                            ServiceConfig(stale_after=60, narrow_epsilon=0.02))
+    drivers = {n: SimulatedDriver("2xA10G:24Gi,1xL4:24Gi", seed=i, node=n, clock=clock)
+               for i, n in enumerate(NODES)}
+    labels = {"node.kubernetes.io/instance-type": "g5.12xlarge",
+              "karpenter.sh/capacity-type": "spot"}
+
+    def report(n: str) -> None:
+        d = drivers[n]
+        svc.report(build_report(d, n, d.attribute, clock, labels=labels))
+
+    for n in NODES:
+        report(n)
+    bound: list[str] = []
+    for kind, a, b, c in ops:
+        if kind == "use":
+            d = drivers[NODES[a]]
+            d.end_pod("hog")
+            if c:
+                d.start_process("hog", d.gpu_uuids[b % 3], c * 1024)
+            report(NODES[a])
+        elif kind == "report":
+            report(NODES[a])
+        elif kind == "bind":
+            uid = f"p{c}"
+            replies(svc, SHAPES[b])  # filter first, as kube-scheduler does
+            args = args_decoder.decode(msgspec.json.encode({"Pod": pod(uid, SHAPES[b]),
+                                                            "NodeNames": NODES}))
+            svc.filter(args)
+            if not svc.bind(ExtenderBindingArgs(uid, "t", uid, NODES[a])).Error:
+                bound.append(uid)
+        elif kind == "release" and bound:
+            svc.release(bound.pop(a % len(bound)), "completed")
+        elif kind == "time":
+            clock.advance(a)
+        elif kind == "taint":
+            taints = ("karpenter.sh/disrupted",) if b else ()
+            svc.inventory.update_facts(facts_from_labels(NODES[a], labels, taints))
+        elif kind == "drain":
+            svc.inventory.set_draining(NODES[a], bool(b))
+        for shape in SHAPES:
+            cached = replies(svc, shape)
+            fresh_plans, svc.plans = svc.plans, Plans()
+            assert replies(svc, shape) == cached, (kind, a, b, c, shape)
+            svc.plans = fresh_plans
+    svc.writer.close()
+    ledger.close()
