@@ -59,3 +59,14 @@ def chosen_fill_after(demand: GpuDemand, chosen: Sequence[GpuView], lim: Limits)
         return 0.0
     used = sum(min(g.total_mib, g.committed_mib + unit_mib(g, demand, lim)) for g in chosen)
     return used / total
+
+
+def best_fit(fitting: Sequence[GpuView], count: int, lim: Limits) -> tuple[GpuView, ...]:
+    """The ``count`` fitting GPUs with the least headroom (ties: lowest index)."""
+    ordered = sorted(fitting, key=lambda g: (g.free_mib(lim.margin_mib), g.index))
+    return tuple(ordered[:count])
+
+
+def by_index(fitting: Sequence[GpuView], count: int) -> tuple[GpuView, ...]:
+    """The ``count`` fitting GPUs (MIG instances) with the lowest index: all are alike."""
+    return tuple(sorted(fitting, key=lambda g: g.index)[:count])

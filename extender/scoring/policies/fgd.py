@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from extender.demand import GpuDemand
 from extender.scoring.fit import unit_mib
 from extender.scoring.model import GpuView, Limits, NodeView
-from extender.scoring.policy import Context, Shape
+from extender.scoring.policy import Context, Shape, by_index
 
 State = list[tuple[int, bool]]  # per plain GPU: (free MiB >= 0, idle)
 
@@ -88,7 +88,7 @@ class Fgd:
         self, node: NodeView, demand: GpuDemand, fitting: Sequence[GpuView], ctx: Context
     ) -> tuple[GpuView, ...]:
         if demand.mig_profile:
-            return tuple(sorted(fitting, key=lambda g: g.index)[: demand.count])
+            return by_index(fitting, demand.count)
         state, uuids = node_state(node, ctx.limits)
         slot = {u: i for i, u in enumerate(uuids)}
         chosen: list[GpuView] = []

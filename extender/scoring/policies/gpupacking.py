@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from extender.demand import GpuDemand
 from extender.scoring.model import GpuView, NodeView
-from extender.scoring.policy import Context, chosen_fill_after
+from extender.scoring.policy import Context, best_fit, chosen_fill_after
 
 
 class GpuPacking:
@@ -23,9 +23,7 @@ class GpuPacking:
     def place(
         self, node: NodeView, demand: GpuDemand, fitting: Sequence[GpuView], ctx: Context
     ) -> tuple[GpuView, ...]:
-        m = ctx.limits.margin_mib
-        ordered = sorted(fitting, key=lambda g: (g.free_mib(m), g.index))
-        return tuple(ordered[: demand.count])
+        return best_fit(fitting, demand.count, ctx.limits)
 
     def score(
         self, node: NodeView, demand: GpuDemand, chosen: tuple[GpuView, ...], ctx: Context

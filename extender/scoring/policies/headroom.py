@@ -27,7 +27,7 @@ from extender.demand import GpuDemand
 from extender.scoring.fit import unit_mib
 from extender.scoring.model import GpuView, NodeView
 from extender.scoring.policies.fgd import State, node_state
-from extender.scoring.policy import Context, Shape, chosen_fill_after, node_fill_after
+from extender.scoring.policy import Context, Shape, by_index, chosen_fill_after, node_fill_after
 
 TIE = 1 / 64
 
@@ -39,7 +39,7 @@ class Headroom:
         self, node: NodeView, demand: GpuDemand, fitting: Sequence[GpuView], ctx: Context
     ) -> tuple[GpuView, ...]:
         if demand.mig_profile:
-            return tuple(sorted(fitting, key=lambda g: g.index)[: demand.count])
+            return by_index(fitting, demand.count)
         m = ctx.limits.margin_mib
         state, uuids = node_state(node, ctx.limits)
         frag = Fragmentation(state, ctx.mix)
