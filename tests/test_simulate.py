@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-from decimal import Decimal
 import subprocess
 import sys
+from decimal import Decimal
 from pathlib import Path
 
 
