@@ -26,6 +26,7 @@ from drivers.metrics import AgentMetrics
 from drivers.sender import ReportSender
 from drivers.server import MetricsServer
 from extender.clock import SystemClock
+from extender.tls import CertReloader
 
 log = logging.getLogger("headroom.agent")
 
@@ -55,7 +56,13 @@ def add_agent_command(
         default=os.environ.get("NODE_NAME"),
         help="this node's name (default: $NODE_NAME, from the downward API)",
     )
-    p.add_argument("--extender", metavar="URL", help="extender base URL, e.g. http://headroom:8080")
+    p.add_argument(
+        "--extender",
+        metavar="URL[,URL...]",
+        help="extender base URL(s), comma-separated; an http URL's DNS name is resolved on "
+        "every send to all its A records and each gets the report (a headless Service "
+        "reaches every replica), e.g. http://headroom-extender.headroom-system.svc:8888",
+    )
     p.add_argument("--interval", type=_positive_float, default=DEFAULT_INTERVAL_S, metavar="S")
     p.add_argument("--once", action="store_true", help="print one report as JSON and exit")
     p.add_argument(
@@ -70,6 +77,9 @@ def add_agent_command(
         metavar="P",
         help="port for /metrics and /healthz; 0 disables (default %(default)s)",
     )
+    p.add_argument("--metrics-tls-cert-file", metavar="F",
+                   help="serve /metrics over TLS with this certificate (reloaded on change)")
+    p.add_argument("--metrics-tls-key-file", metavar="F", help="key for --metrics-tls-cert-file")
     p.add_argument("--seed", type=int, default=0, help="seed of the simulated driver")
     p.add_argument(
         "--proc-root",
@@ -108,6 +118,10 @@ def run_agent_command(args: argparse.Namespace) -> int:
         return 2
     if not args.once and not args.extender:
         print("headroom agent: --extender URL is required (or use --once)", file=sys.stderr)
+        return 2
+    if bool(args.metrics_tls_cert_file) != bool(args.metrics_tls_key_file):
+        print("headroom agent: --metrics-tls-cert-file and --metrics-tls-key-file go together",
+              file=sys.stderr)
         return 2
     try:
         driver, attribute = make_driver(args)
@@ -149,7 +163,11 @@ def _loop(driver: GpuDriver, attribute: Attributor, args: argparse.Namespace) ->
     )
     server = None
     if args.metrics_port:
-        server = MetricsServer(metrics.registry, agent.healthy, args.metrics_port).start()
+        tls = None
+        if args.metrics_tls_cert_file:
+            tls = CertReloader(args.metrics_tls_cert_file, args.metrics_tls_key_file)
+        server = MetricsServer(metrics.registry, agent.healthy, args.metrics_port,
+                               tls=tls).start()
     stop = threading.Event()
     _stop_on_signals(stop)
     log.info(

@@ -3,15 +3,44 @@
 The standard-library server is enough for one scrape every few seconds and keeps the
 DaemonSet image free of an ASGI stack. ``/healthz`` reflects sampling only: an
 unreachable extender must not make the kubelet restart every agent in the cluster.
+
+With a ``CertReloader`` the server speaks TLS only (certificate reloaded when its files
+change). The handshake runs in the connection's own thread, not in the accept loop, so
+a client that connects and stalls cannot block other scrapes.
 """
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from extender.tls import CertReloader
+
+HANDSHAKE_TIMEOUT_S = 10.0
+
+
+class _TlsServer(ThreadingHTTPServer):
+    reloader: CertReloader
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        sock, addr = super().get_request()
+        sock.settimeout(HANDSHAKE_TIMEOUT_S)
+        # handshake on first read, in the handler thread
+        wrapped = self.reloader.context.wrap_socket(
+            sock, server_side=True, do_handshake_on_connect=False)
+        return wrapped, addr
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        try:
+            request.do_handshake()
+        except (OSError, ValueError):
+            return  # not TLS, or gave up: nothing to answer
+        super().finish_request(request, client_address)
 
 
 def _handler(
@@ -52,8 +81,15 @@ class MetricsServer:
         healthy: Callable[[], bool],
         port: int,
         host: str = "0.0.0.0",
+        tls: CertReloader | None = None,
     ) -> None:
-        self._server = ThreadingHTTPServer((host, port), _handler(registry, healthy))
+        handler = _handler(registry, healthy)
+        if tls is not None:
+            server = _TlsServer((host, port), handler)
+            server.reloader = tls
+            self._server: ThreadingHTTPServer = server
+        else:
+            self._server = ThreadingHTTPServer((host, port), handler)
         self._server.daemon_threads = True
         self.port = int(self._server.server_address[1])
         self._thread = threading.Thread(

@@ -1,12 +1,19 @@
-"""Wiring: Settings -> ledger, prices, inventory, binder, policy -> service -> ASGI app."""
+"""Wiring: Settings -> ledger, prices, inventory, binder, policy -> service -> ASGI app,
+and the listeners that serve it (plain HTTP, and TLS for the webhook and remote API)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import signal
+import threading
 from dataclasses import dataclass
 
+import uvicorn
 from fastapi import FastAPI
 
-from extender.auth import TokenFile
+from extender.auth import Authenticator, TokenFile
 from extender.binder import Binder, InProcessBinder
 from extender.clock import Clock, SystemClock
 from extender.inventory import Inventory
@@ -21,7 +28,11 @@ from extender.scoring import Limits, Weights, policy_by_name
 from extender.server import create_app
 from extender.service import SchedulingService, ServiceConfig
 from extender.settings import Settings
+from extender.tls import CertReloader, files_present
+from extender.tokenreview import TokenReviewer
 from extender.webhook import WebhookPolicy
+
+log = logging.getLogger("headroom.app")
 
 
 @dataclass
@@ -44,6 +55,7 @@ def build(settings: Settings, clock: Clock | None = None, binder: Binder | None 
         stale_after=settings.stale_after,
         limits=Limits(margin_mib=settings.margin_mib, idle_mib=settings.idle_mib),
         weights=Weights(policy=settings.policy_weight, cost=settings.cost_weight),
+        narrow_epsilon=settings.narrow_epsilon if settings.narrowing else None,
     )
     service = SchedulingService(
         inventory,
@@ -60,12 +72,12 @@ def build(settings: Settings, clock: Clock | None = None, binder: Binder | None 
         sync = ClusterSync(api, service)
         service.unplaceable_hooks.append(EventRecorder(api, clock).unplaceable)
         sync.start()
-    token = TokenFile(settings.agent_token_file) if settings.agent_token_file else None
     app = create_app(
         service,
         max_body_bytes=settings.max_body_bytes,
-        agent_token=token,
-        allow_unauthenticated_reports=settings.allow_unauthenticated_reports,
+        max_nodes=settings.max_nodes_per_request,
+        auth=authenticator(settings, api),
+        audit_token=TokenFile(settings.audit_token_file) if settings.audit_token_file else None,
         ready=(lambda: sync.wait_synced(0)) if sync else (lambda: True),
         webhook=WebhookPolicy(
             mode=settings.webhook_mode,
@@ -75,3 +87,97 @@ def build(settings: Settings, clock: Clock | None = None, binder: Binder | None 
         ),
     )
     return Built(service, app, sync)
+
+
+def authenticator(settings: Settings, api: object | None) -> Authenticator:
+    """Shared token file and/or TokenReview of agent tokens (only with a cluster)."""
+    shared = TokenFile(settings.agent_token_file) if settings.agent_token_file else None
+    reviewer = None
+    if settings.agent_token_audience:
+        if api is None:
+            log.warning("agent token audience set but no cluster (standalone): agent "
+                        "ServiceAccount tokens cannot be reviewed; only the shared token works")
+        else:
+            reviewer = TokenReviewer.for_api(
+                api,  # type: ignore[arg-type]
+                settings.agent_token_audience,
+                settings.agent_service_account,
+                ttl_s=settings.token_review_ttl_s,
+                max_entries=settings.token_review_cache_size,
+            )
+    return Authenticator(shared, reviewer, settings.allow_unauthenticated_reports)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn server whose signals are handled by ``serve`` for all listeners at once."""
+
+    def capture_signals(self) -> contextlib.AbstractContextManager[None]:  # type: ignore[override]
+        return contextlib.nullcontext()
+
+
+def _config(app: FastAPI, settings: Settings, port: int) -> uvicorn.Config:
+    return uvicorn.Config(app, host=settings.host, port=port, log_level=settings.log_level,
+                          access_log=False, lifespan="off")
+
+
+async def serve(built: Built, settings: Settings) -> None:
+    """Serve plain HTTP on ``port`` and, when ``tls_port`` is set, the same app over TLS.
+
+    The TLS listener waits for its certificate files (the Secret is optional in the
+    manifests, so the pod may start before cert-manager has issued one) and then
+    reloads them whenever they change. SIGTERM/SIGINT stop both listeners.
+    """
+    plain = _Server(_config(built.app, settings, settings.port))
+    servers = [plain]
+    stop = threading.Event()
+    loop = asyncio.get_running_loop()
+
+    def shutdown() -> None:
+        stop.set()
+        for s in servers:
+            s.should_exit = True
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, shutdown)
+    tasks = [asyncio.ensure_future(plain.serve())]
+    if settings.tls_port is not None:
+        tasks.append(asyncio.ensure_future(_serve_tls(built, settings, servers, stop)))
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        shutdown()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for t in done:
+            t.result()
+    finally:
+        stop.set()
+        if built.sync is not None:
+            built.sync.close()
+
+
+async def _serve_tls(built: Built, settings: Settings, servers: list[_Server],
+                     stop: threading.Event) -> None:
+    cert, key = settings.tls_cert_file, settings.tls_key_file
+    if not cert or not key:
+        raise ValueError("tls_port needs tls_cert_file and tls_key_file")
+    waited = False
+    while not files_present(cert, key):
+        if not waited:
+            log.warning("TLS certificate not there yet; TLS listener waits for it",
+                        extra={"cert_file": cert, "tls_port": settings.tls_port})
+            waited = True
+        if stop.is_set():
+            return
+        await asyncio.sleep(min(settings.tls_reload_s, 2.0))
+    reloader = CertReloader(cert, key)
+    reloader.watch(stop, settings.tls_reload_s)
+    assert settings.tls_port is not None
+    config = _config(built.app, settings, settings.tls_port)
+    config.load()
+    config.ssl = reloader.context  # uvicorn passes config.ssl to create_server
+    server = _Server(config)
+    servers.append(server)
+    if stop.is_set():
+        return
+    log.info("TLS listener starting", extra={"tls_port": settings.tls_port})
+    await server.serve()

@@ -1,6 +1,6 @@
-"""Bearer-token checks for write endpoints (agent reports, lifecycle).
+"""Bearer-token checks for write endpoints (agent reports, lifecycle) and the audit API.
 
-The token lives in a file (a mounted Secret); it is re-read when the file changes so a
+A shared token lives in a file (a mounted Secret); it is re-read when the file changes so a
 rotated Secret takes effect without a restart. Tokens are compared in constant time
 and never logged or echoed.
 """
@@ -11,6 +11,8 @@ import contextlib
 import hmac
 import os
 import threading
+
+from extender.tokenreview import Identity, Refused, TokenReviewer
 
 
 class TokenFile:
@@ -44,3 +46,45 @@ def bearer(header: str | None) -> str | None:
     if scheme.lower() != "bearer" or not value.strip():
         return None
     return value.strip()
+
+
+class Authenticator:
+    """Who may write: the shared token (an admin, any node) or an agent by TokenReview.
+
+    ``identify`` answers an ``Identity`` or raises ``Refused`` (401/403) or
+    ``ReviewUnavailable`` (503); the messages say why and never contain the token.
+    """
+
+    def __init__(
+        self,
+        shared: TokenFile | None = None,
+        reviewer: TokenReviewer | None = None,
+        allow_unauthenticated: bool = False,
+    ) -> None:
+        self.shared, self.reviewer = shared, reviewer
+        self.allow_unauthenticated = allow_unauthenticated
+
+    def quick(self, header: str | None) -> Identity | None:
+        """The answer when no TokenReview is needed (cheap, safe on the event loop)."""
+        token = bearer(header)
+        if token is None:
+            if self.allow_unauthenticated:
+                return Identity("anonymous", None, admin=True)
+            raise Refused(401, "missing bearer token")
+        if self.shared is not None and self.shared.matches(token):
+            return Identity("shared-token", None, admin=True)
+        if self.reviewer is None:
+            if self.allow_unauthenticated:  # development mode: a credential is optional
+                return Identity("anonymous", None, admin=True)
+            raise Refused(401, "missing or wrong bearer token")
+        return self.reviewer.cached(token)
+
+    def identify(self, header: str | None) -> Identity:
+        """Blocking (may send a TokenReview): call it off the event loop."""
+        found = self.quick(header)
+        if found is not None:
+            return found
+        assert self.reviewer is not None
+        token = bearer(header)
+        assert token is not None
+        return self.reviewer.identify(token)

@@ -16,12 +16,25 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", help="listen address (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="listen port (default 8888)")
     p.add_argument("--db", help="ledger: SQLite path or postgresql:// DSN (default headroom.db)")
-    p.add_argument("--policy", choices=sorted(POLICIES), help="placement policy (default fgd)")
+    p.add_argument("--policy", choices=sorted(POLICIES), help="placement policy (default headroom)")
     p.add_argument("--cost-weight", type=float, help="weight of the cost term (default 1)")
     p.add_argument("--stale-after", type=float, help="seconds before a report is stale (30)")
     p.add_argument("--margin-mib", type=int, help="safety margin kept free per GPU (512)")
     p.add_argument("--price-file", help="JSON/YAML price overrides (instance types, spot)")
-    p.add_argument("--agent-token-file", help="file holding the agents' bearer token")
+    p.add_argument("--agent-token-file", help="file holding the shared bearer token for "
+                   "reports and release (re-read when it changes)")
+    p.add_argument("--agent-token-audience",
+                   help="accept agents' projected ServiceAccount tokens of this audience, "
+                   "checked with a TokenReview (needs --kubeconfig or --in-cluster)")
+    p.add_argument("--agent-service-account", help="the agents' ServiceAccount, "
+                   "namespace:name (default headroom-system:headroom-agent)")
+    p.add_argument("--audit-token-file", help="require this bearer token on the /v1 audit API")
+    p.add_argument("--max-nodes-per-request", type=int,
+                   help="refuse filter/prioritize/preempt bodies with more nodes (50000)")
+    p.add_argument("--tls-port", type=int, help="also serve the API and the admission "
+                   "webhook over TLS on this port (manifests: 8443)")
+    p.add_argument("--tls-cert-file", help="TLS certificate chain (PEM), reloaded on change")
+    p.add_argument("--tls-key-file", help="TLS private key (PEM), reloaded on change")
     p.add_argument("--allow-unauthenticated-reports", action="store_true", default=None,
                    help="accept agent reports without a token (development only)")
     p.add_argument("--kubeconfig", help="watch and bind through this cluster's API "
@@ -37,9 +50,9 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
+    import asyncio
 
-    from extender.app import build
+    from extender.app import build, serve
     from extender.logs import setup_logging
     from extender.settings import Settings
 
@@ -47,8 +60,7 @@ def _serve(args: argparse.Namespace) -> int:
     settings = Settings(**overrides)
     setup_logging(settings.log_level)
     built = build(settings)
-    uvicorn.run(built.app, host=settings.host, port=settings.port, log_level=settings.log_level,
-                access_log=False)
+    asyncio.run(serve(built, settings))
     return 0
 
 
@@ -57,7 +69,7 @@ def _simulate_parser(sub: argparse._SubParsersAction) -> None:
                        "Karpenter cluster through a real extender over HTTP")
     p.add_argument("--nodes", type=int, default=40)
     p.add_argument("--pods", type=int, default=600)
-    p.add_argument("--policy", default="binpack,spread,fgd",
+    p.add_argument("--policy", default="binpack,spread,fgd,headroom",
                    help="policy or comma-separated policies to compare")
     p.add_argument("--cost-weight", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=7)

@@ -2,41 +2,169 @@
 
 The scheduler verbs read the raw body and decode it with msgspec (typed, partial,
 unknown fields ignored): a 5,000-node NodeList is tens of MB and must not go through
-a generic JSON-to-dict path. Bad input gets a 4xx naming what is wrong, never a 500.
+a generic JSON-to-dict path. Bad input gets a 4xx naming what is wrong, never a 500,
+and a refused request changes nothing (checks run before the service is called).
+
+Their request bodies are documented in the OpenAPI (JSON Schema from the msgspec wire
+types) so clients and the property-based fuzzing in tests/reliability see them.
+
+Writes (agent reports, release) need an identity (extender.auth.Authenticator): the
+shared token, or an agent's TokenReview-checked ServiceAccount token, which may only
+report for the node its pod runs on. The read-only audit API can require a token.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 import msgspec
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 
 from extender import __version__
+from extender.allocation import LedgerUnavailable
 from extender.audit import audit_router
-from extender.auth import TokenFile, bearer
+from extender.auth import Authenticator, TokenFile, bearer
 from extender.metrics import metrics_response
 from extender.protocol import (
+    ExtenderArgs,
+    ExtenderBindingArgs,
+    ExtenderBindingResult,
+    ExtenderFilterResult,
+    ExtenderPreemptionArgs,
+    ExtenderPreemptionResult,
+    HostPriority,
     args_decoder,
     binding_decoder,
     encode_filter_result,
     encoder,
     preemption_decoder,
 )
-from extender.reports import MAX_REPORT_BYTES, report_decoder, validate_report
+from extender.reports import (
+    MAX_REPORT_BYTES,
+    NodeReport,
+    ReportResponse,
+    report_decoder,
+    validate_report,
+)
 from extender.service import SchedulingService
+from extender.tokenreview import Identity, Refused, ReviewUnavailable
 from extender.webhook import WebhookPolicy, webhook_router
 
 log = logging.getLogger("headroom.server")
 JSON = "application/json"
 
 
+MAX_NAME = 253  # a Kubernetes object name (DNS subdomain) is at most 253 characters
+MAX_UID = 128
+
+
 class BodyTooLarge(Exception):
     def __init__(self, limit: int) -> None:
         super().__init__(f"request body exceeds {limit} bytes")
+
+
+class Invalid(Exception):
+    """A decoded request that breaks a bound; answered with ``status`` and the message."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class BodyLimit:
+    """Pure ASGI middleware: no route (the webhook and audit API too) reads more than
+    ``limit`` bytes, declared or streamed (chunked). Pure ASGI, not BaseHTTPMiddleware,
+    to keep the scheduler verbs' hot path free of a per-request task."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for key, value in scope.get("headers", ()):
+            if key == b"content-length" and value.isdigit() and int(value) > self.limit:
+                body = encoder.encode({"Error": str(BodyTooLarge(self.limit))})
+                await send({"type": "http.response.start", "status": 413,
+                            "headers": [(b"content-type", JSON.encode()),
+                                        (b"content-length", str(len(body)).encode())]})
+                await send({"type": "http.response.body", "body": body})
+                return
+        seen = 0
+
+        async def counted() -> Any:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.limit:
+                raise BodyTooLarge(self.limit)
+            return message
+
+        await self.app(scope, counted, send)
+
+
+def safe_decode(decoder: msgspec.json.Decoder, body: bytes) -> Any:
+    """``decoder.decode`` that answers 400 for nesting deep enough to exhaust the stack
+    (msgspec raises RecursionError while skipping deeply nested unknown fields)."""
+    try:
+        return decoder.decode(body)
+    except RecursionError:
+        raise Invalid(400, "malformed request: JSON nested too deeply") from None
+
+
+def check_args(args: ExtenderArgs, max_nodes: int) -> None:
+    """Bounds on a filter/prioritize body before the service sees it."""
+    names = args.NodeNames or []
+    count = len(names) + (len(args.Nodes.items) if args.Nodes is not None else 0)
+    if count > max_nodes:
+        raise Invalid(413, f"{count} nodes in one request is more than the limit of {max_nodes}")
+    for i, name in enumerate(names):
+        if not name or len(name) > MAX_NAME:
+            raise Invalid(400, f"NodeNames[{i}]: a node name must be 1..{MAX_NAME} characters")
+    if args.Pod is not None:
+        meta = args.Pod.metadata
+        if len(meta.name) > MAX_NAME or len(meta.namespace) > MAX_NAME or len(meta.uid) > MAX_UID:
+            raise Invalid(400, f"Pod.metadata: name/namespace at most {MAX_NAME} characters, "
+                          f"uid at most {MAX_UID}")
+
+
+def check_binding(args: ExtenderBindingArgs) -> None:
+    fields = ("PodName", "PodNamespace", "PodUID", "Node")
+    missing = [f for f in fields if not getattr(args, f)]
+    if missing:
+        raise Invalid(400, f"malformed bind request: missing {', '.join(missing)}")
+    if max(len(args.PodName), len(args.PodNamespace), len(args.Node)) > MAX_NAME or len(
+        args.PodUID
+    ) > MAX_UID:
+        raise Invalid(400, f"malformed bind request: names at most {MAX_NAME} characters, "
+                      f"PodUID at most {MAX_UID}")
+
+
+def check_preemption(args: ExtenderPreemptionArgs, max_nodes: int) -> None:
+    count = len(args.NodeNameToVictims or {}) + len(args.NodeNameToMetaVictims or {})
+    if count > max_nodes:
+        raise Invalid(413, f"{count} candidate nodes is more than the limit of {max_nodes}")
+
+
+def _body_schema(t: type, components: dict[str, Any]) -> dict[str, Any]:
+    """``openapi_extra`` documenting a raw-body route's JSON body with the wire type's
+    JSON Schema (the route decodes it itself with msgspec)."""
+    (schema,), defs = msgspec.json.schema_components(
+        [t], ref_template="#/components/schemas/{name}")
+    components.update(defs)
+    return {"requestBody": {"required": True, "content": {JSON: {"schema": schema}}}}
+
+
+def _responses(t: type, components: dict[str, Any]) -> dict[int | str, dict[str, Any]]:
+    (schema,), defs = msgspec.json.schema_components(
+        [t], ref_template="#/components/schemas/{name}")
+    components.update(defs)
+    return {200: {"content": {JSON: {"schema": schema}}}}
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -65,62 +193,98 @@ def create_app(
     service: SchedulingService,
     *,
     max_body_bytes: int = 64 * 1024 * 1024,
+    max_nodes: int = 50_000,
     agent_token: TokenFile | None = None,
     allow_unauthenticated_reports: bool = False,
+    auth: Authenticator | None = None,
+    audit_token: TokenFile | None = None,
     ready: Callable[[], bool] = lambda: True,
     webhook: WebhookPolicy | None = None,
 ) -> FastAPI:
     app = FastAPI(title="headroom extender", version=__version__)
     app.include_router(webhook_router(webhook or WebhookPolicy()))
+    writers = auth or Authenticator(agent_token, None, allow_unauthenticated_reports)
+    components: dict[str, Any] = {}
 
     @app.exception_handler(BodyTooLarge)
     async def _too_large(_: Request, e: BodyTooLarge) -> Response:
         return _error(413, str(e))
 
-    async def decode(request: Request, decoder: msgspec.json.Decoder, limit: int) -> object:
-        body = await read_body(request, limit)
-        return decoder.decode(body)
+    @app.exception_handler(RecursionError)
+    async def _too_deep(_: Request, e: RecursionError) -> Response:
+        # a JSON parser (the webhook's json.loads too) ran out of stack on nesting
+        return _error(400, "malformed request: JSON nested too deeply")
 
-    @app.post("/filter", summary="kube-scheduler extender filter")
+    app.add_middleware(BodyLimit, limit=max_body_bytes)
+
+    @app.exception_handler(OverflowError)
+    async def _overflow(_: Request, e: OverflowError) -> Response:
+        # a number in the request too large for the ledger's 64-bit integers
+        return _error(400, f"number out of range: {e}")
+
+    @app.exception_handler(Invalid)
+    async def _invalid(_: Request, e: Invalid) -> Response:
+        return _error(e.status, str(e))
+
+    @app.exception_handler(LedgerUnavailable)
+    async def _ledger_down(_: Request, e: LedgerUnavailable) -> Response:
+        log.error("ledger unavailable", extra={"error": str(e)[:300]})
+        return _error(503, f"ledger unavailable: {e}")
+
+    async def decode(request: Request, decoder: msgspec.json.Decoder, limit: int) -> object:
+        return safe_decode(decoder, await read_body(request, limit))
+
+    @app.post("/filter", summary="kube-scheduler extender filter",
+              openapi_extra=_body_schema(ExtenderArgs, components),
+              responses=_responses(ExtenderFilterResult, components))
     async def filter_(request: Request) -> Response:
         try:
             args = await decode(request, args_decoder, max_body_bytes)
         except (msgspec.DecodeError, msgspec.ValidationError) as e:
             return _error(400, _decode_error(e))
-        result, passing = service.filter(args)  # type: ignore[arg-type]
+        check_args(args, max_nodes)  # type: ignore[arg-type]
+        try:
+            result, passing = service.filter(args)  # type: ignore[arg-type]
+        except (msgspec.DecodeError, msgspec.ValidationError) as e:  # a Nodes item
+            return _error(400, f"malformed node in Nodes.items: {e}")
         return Response(encode_filter_result(result, passing), media_type=JSON)
 
-    @app.post("/prioritize", summary="kube-scheduler extender prioritize")
+    @app.post("/prioritize", summary="kube-scheduler extender prioritize",
+              openapi_extra=_body_schema(ExtenderArgs, components),
+              responses=_responses(list[HostPriority], components))
     async def prioritize(request: Request) -> Response:
         try:
             args = await decode(request, args_decoder, max_body_bytes)
+            check_args(args, max_nodes)  # type: ignore[arg-type]
             scores = service.prioritize(args)  # type: ignore[arg-type]
-        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        except (msgspec.DecodeError, msgspec.ValidationError) as e:  # body or a Nodes item
             return _error(400, _decode_error(e))
-        except ValueError as e:
+        except ValueError as e:  # DemandError too: the pod's ask cannot be read
             return _error(400, str(e))
         return Response(encoder.encode(scores), media_type=JSON)
 
     def bind_sync(body: bytes) -> Response:
         try:
-            args = binding_decoder.decode(body)
+            args = safe_decode(binding_decoder, body)
         except (msgspec.DecodeError, msgspec.ValidationError) as e:
             return _error(400, _decode_error(e))
-        fields = ("PodName", "PodNamespace", "PodUID", "Node")
-        missing = [f for f in fields if not getattr(args, f)]
-        if missing:
-            return _error(400, f"malformed bind request: missing {', '.join(missing)}")
+        check_binding(args)
         return Response(encoder.encode(service.bind(args)), media_type=JSON)
 
-    @app.post("/bind", summary="kube-scheduler extender bind")
+    @app.post("/bind", summary="kube-scheduler extender bind",
+              openapi_extra=_body_schema(ExtenderBindingArgs, components),
+              responses=_responses(ExtenderBindingResult, components))
     async def bind(request: Request) -> Response:
         # the ledger write and the API call block: run them off the event loop
         return await run_in_threadpool(bind_sync, await read_body(request, max_body_bytes))
 
-    @app.post("/preempt", summary="kube-scheduler extender preempt")
+    @app.post("/preempt", summary="kube-scheduler extender preempt",
+              openapi_extra=_body_schema(ExtenderPreemptionArgs, components),
+              responses=_responses(ExtenderPreemptionResult, components))
     async def preempt(request: Request) -> Response:
         try:
             args = await decode(request, preemption_decoder, max_body_bytes)
+            check_preemption(args, max_nodes)  # type: ignore[arg-type]
             result = service.preempt(args)  # type: ignore[arg-type]
         except (msgspec.DecodeError, msgspec.ValidationError) as e:
             return _error(400, _decode_error(e))
@@ -128,16 +292,27 @@ def create_app(
             return _error(400, str(e))
         return Response(encoder.encode(result), media_type=JSON)
 
-    def authorized(request: Request) -> bool:
-        if agent_token is None:
-            return allow_unauthenticated_reports
-        token = bearer(request.headers.get("authorization"))
-        return token is not None and agent_token.matches(token)
+    async def writer(request: Request) -> Identity:
+        """The caller's identity, or an HTTPException (401/403/503) saying why not."""
+        header = request.headers.get("authorization")
+        try:
+            found = writers.quick(header)
+            if found is None:  # an unknown token: ask the API server, off the event loop
+                found = await run_in_threadpool(writers.identify, header)
+        except Refused as e:
+            log.info("write refused", extra={"path": request.url.path, "status": e.status,
+                                             "why": str(e)})
+            raise HTTPException(e.status, str(e)) from None
+        except ReviewUnavailable as e:
+            raise HTTPException(503, str(e)) from None
+        return found
 
-    @app.post("/v1/reports", summary="node agent report (schema headroom.dev/report/v1)")
-    async def reports(request: Request) -> Response:
-        if not authorized(request):
-            return JSONResponse({"detail": "missing or wrong bearer token"}, status_code=401)
+    @app.post("/v1/reports", summary="node agent report (schema headroom.dev/report/v1)",
+              openapi_extra=_body_schema(NodeReport, components),
+              responses={**_responses(ReportResponse, components),
+                         401: {"description": "no or wrong credential"},
+                         403: {"description": "the credential may not report for this node"}})
+    async def reports(request: Request, who: Identity = Depends(writer)) -> Response:  # noqa: B008
         try:
             report = await decode(request, report_decoder, MAX_REPORT_BYTES)
         except (msgspec.DecodeError, msgspec.ValidationError) as e:
@@ -145,17 +320,40 @@ def create_app(
         problem = validate_report(report)  # type: ignore[arg-type]
         if problem:
             return JSONResponse({"detail": f"invalid report: {problem}"}, status_code=422)
+        node = report.node  # type: ignore[attr-defined]
+        if who.node is not None and who.node != node:
+            log.warning("report for another node refused",
+                        extra={"identity": who.name, "bound_node": who.node, "claimed": node})
+            return JSONResponse({"detail": f"forbidden: this agent's token is bound to node "
+                                 f"{who.node!r}; it may not report for node {node!r}"},
+                                status_code=403)
         response = service.report(report)  # type: ignore[arg-type]
         return Response(encoder.encode(response), media_type=JSON)
 
-    @app.post("/v1/pods/{uid}/release", summary="end a pod's allocations (standalone mode)")
-    def release(uid: str, request: Request, reason: str = "completed") -> Response:
-        if not authorized(request):
-            return JSONResponse({"detail": "missing or wrong bearer token"}, status_code=401)
+    @app.post("/v1/pods/{uid}/release", summary="end a pod's allocations (standalone mode)",
+              responses={401: {"description": "no or wrong credential"},
+                         403: {"description": "agents may not release pods"}})
+    def release(uid: str, reason: str = "completed",
+                who: Identity = Depends(writer)) -> Response:  # noqa: B008
+        if not who.admin:
+            return JSONResponse({"detail": "forbidden: an agent token may only post reports; "
+                                 "releasing a pod needs the shared token"}, status_code=403)
+        if len(uid) > MAX_UID:
+            return JSONResponse({"detail": f"uid: at most {MAX_UID} characters"},
+                                status_code=400)
         ended = service.release(uid, reason[:200])
         return JSONResponse({"pod_uid": uid, "ended": ended})
 
-    app.include_router(audit_router(lambda: service.ledger, service.clock))
+    def reader(request: Request) -> None:
+        if audit_token is None:
+            return
+        token = bearer(request.headers.get("authorization"))
+        if token is None or not audit_token.matches(token):
+            raise HTTPException(401, "the audit API needs its bearer token",
+                                headers={"WWW-Authenticate": "Bearer"})
+
+    app.include_router(audit_router(lambda: service.ledger, service.clock),
+                       dependencies=[Depends(reader)])
 
     @app.get("/metrics", summary="Prometheus metrics")
     def metrics() -> Response:
@@ -172,4 +370,15 @@ def create_app(
             return JSONResponse({"status": "ready"})
         return JSONResponse({"status": "not ready"}, status_code=503)
 
+    _openapi = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        """FastAPI's schema plus the wire types referenced by the raw-body routes."""
+        if app.openapi_schema is None:
+            schema = _openapi()
+            schema.setdefault("components", {}).setdefault("schemas", {}).update(components)
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
     return app

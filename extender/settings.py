@@ -14,7 +14,11 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(8888, ge=0, le=65535)
     db: str = "headroom.db"  # SQLite path or postgresql:// DSN
-    policy: str = "fgd"
+    policy: str = "headroom"
+    # filter passes only fitting nodes within epsilon of the best blended score, so the
+    # scheduler's integer rounding and random tie-breaks cannot undo the order
+    narrowing: bool = True
+    narrow_epsilon: float = Field(0.02, ge=0, le=1)
     cost_weight: float = Field(1.0, ge=0)
     policy_weight: float = Field(1.0, gt=0)
     stale_after: float = Field(30.0, gt=0, description="seconds before a report is stale")
@@ -22,11 +26,27 @@ class Settings(BaseSettings):
     idle_mib: int = Field(1024, ge=0, description="used memory below which a GPU counts idle")
     price_file: str | None = None
     spot_discount: float = Field(0.6, ge=0, lt=1)
-    agent_token_file: str | None = None
-    allow_unauthenticated_reports: bool = False
     kubeconfig: str | None = None
     in_cluster: bool = False
     webhook_mode: Literal["deny", "warn"] = "deny"
     webhook_exempt_namespaces: str = "kube-system"  # comma-separated
     max_body_bytes: int = Field(64 * 1024 * 1024, gt=0)
+    # kube-scheduler sends at most the cluster's node count; 50,000 is its scale limit
+    max_nodes_per_request: int = Field(50_000, gt=0)
     log_level: str = "info"
+
+    # --- who may write (reports, release) and read (audit) ---------------------------
+    agent_token_file: str | None = None  # shared bearer token (a mounted Secret)
+    allow_unauthenticated_reports: bool = False
+    # TokenReview of the agents' projected ServiceAccount tokens (needs a cluster)
+    agent_token_audience: str | None = None
+    agent_service_account: str = "headroom-system:headroom-agent"  # namespace:name
+    token_review_ttl_s: float = Field(60.0, ge=0)
+    token_review_cache_size: int = Field(20_000, gt=0)
+    audit_token_file: str | None = None  # bearer token for the read-only /v1 audit API
+
+    # --- TLS listener: the same API and the admission webhook, cert reloaded on change --
+    tls_port: int | None = Field(None, ge=0, le=65535)
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    tls_reload_s: float = Field(10.0, gt=0, description="how often cert files are checked")
