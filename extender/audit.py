@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable
 from typing import Annotated, Literal, TypeVar
 
-from fastapi import APIRouter, HTTPException, Query, Response
+from fastapi import APIRouter, HTTPException, Path, Query, Response
 from pydantic import BaseModel, Field
 
 from extender.allocation import Allocation, LedgerUnavailable
@@ -197,7 +197,9 @@ def audit_router(get_ledger: Callable[[], Ledger], clock: Clock) -> APIRouter:
 
     @router.get("/allocations/{allocation_id}", response_model=AllocationOut,
                 responses={404: {"description": "no such allocation"}})
-    def get_allocation(allocation_id: int) -> AllocationOut:
+    def get_allocation(
+        allocation_id: Annotated[int, Path(ge=1, le=2**63 - 1, description="ledger row id")],
+    ) -> AllocationOut:
         found = _call(lambda: ledger().get_allocation(allocation_id))
         if found is None:
             raise HTTPException(status_code=404, detail=f"allocation {allocation_id} not found")

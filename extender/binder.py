@@ -43,6 +43,12 @@ class InProcessBinder:
             self._bound[uid] = node
             self._annotations[uid] = dict(annotations)
 
+    def forget(self, uid: str) -> None:
+        """The pod ended: drop what was kept for it (standalone mode has no API server)."""
+        with self._lock:
+            self._bound.pop(uid, None)
+            self._annotations.pop(uid, None)
+
     def node_of(self, uid: str) -> str | None:
         return self._bound.get(uid)
 

@@ -82,6 +82,7 @@ class Inventory:
         self._pricebook = pricebook
         self._nodes: dict[str, _Node] = {}
         self._grants: dict[str, list[Grant]] = {}  # pod uid -> its grants
+        self._pods_on: dict[str, set[str]] = defaultdict(set)  # node -> pod uids with grants
         self._reserved: dict[str, int] = defaultdict(int)  # gpu uuid -> MiB reserved
         self._lock = threading.RLock()
         self._seq = 0
@@ -146,6 +147,7 @@ class Inventory:
             self._grants[uid] = list(grants)
             for g in grants:
                 self._reserved[g.gpu_uuid] += g.memory_mib
+                self._pods_on[g.node].add(uid)
             self._touch_nodes({g.node for g in grants})
 
     def release(self, pod_uid: str) -> list[Grant]:
@@ -155,6 +157,11 @@ class Inventory:
     def _release_locked(self, pod_uid: str) -> list[Grant]:
         grants = self._grants.pop(pod_uid, [])
         for g in grants:
+            pods = self._pods_on.get(g.node)
+            if pods is not None:
+                pods.discard(pod_uid)
+                if not pods:
+                    del self._pods_on[g.node]
             left = self._reserved[g.gpu_uuid] - g.memory_mib
             if left > 0:
                 self._reserved[g.gpu_uuid] = left
@@ -186,11 +193,11 @@ class Inventory:
 
     def grants_on_node(self, node_name: str) -> list[Grant]:
         with self._lock:
-            return [g for gs in self._grants.values() for g in gs if g.node == node_name]
+            return [g for uid in self._pods_on.get(node_name, ()) for g in self._grants[uid]]
 
     def grants_on(self, node_name: str) -> list[PodGrant]:
         with self._lock:
-            by_pod = [gs for gs in self._grants.values() if gs and gs[0].node == node_name]
+            by_pod = [self._grants[uid] for uid in self._pods_on.get(node_name, ())]
         return [
             PodGrant(
                 gs[0].pod_uid,

@@ -25,7 +25,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
-from extender.allocation import Observation
+from extender.allocation import LedgerUnavailable, Observation
 from extender.clock import Clock
 
 if TYPE_CHECKING:
@@ -83,6 +83,14 @@ class LedgerCollector(Collector):
         return iter(())  # no ledger read at registration time
 
     def collect(self) -> Iterator[Metric]:
+        """Ledger gauges; skipped (not a failed scrape) while the database is down, so
+        the process metrics and the counters still reach Prometheus."""
+        try:
+            yield from self._collect()
+        except LedgerUnavailable:
+            return
+
+    def _collect(self) -> Iterator[Metric]:
         ledger = self.get_ledger()
         active = ledger.active()
         granted = GaugeMetricFamily("headroom_gpu_memory_granted_bytes",
@@ -159,6 +167,9 @@ def attach_ledger(get_ledger: Callable[[], Ledger], clock: Clock,
     if _attached is None:
         _attached = LedgerCollector(get_ledger, clock, METRICS, chargeback_ttl_s)
         REGISTRY.register(_attached)
+    else:  # a new app in the same process (tests, restarts in-process): read its ledger
+        _attached.get_ledger, _attached.clock = get_ledger, clock
+        _attached.ttl, _attached._cache = chargeback_ttl_s, None
     return _attached
 
 

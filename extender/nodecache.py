@@ -26,19 +26,24 @@ class NodeObjectCache:
         self._capacity = capacity
 
     def names(self, raws: list[msgspec.Raw]) -> list[str]:
-        out = []
-        for raw in raws:
-            data = bytes(raw)
-            key = hash(data)
-            entry = self._entries.get(key)
-            if entry is None or entry[1] not in data:
-                entry = self._decode(data, key)
-            name, _, facts = entry
+        """Every node's name; all items are read before any facts are applied, so a bad
+        item (msgspec.ValidationError) leaves no partial state behind."""
+        entries = [self._entry(bytes(raw)) for raw in raws]
+        for i, (_key, (name, _, _)) in enumerate(entries):
+            if not name:
+                raise msgspec.ValidationError(f"Nodes.items[{i}] has no metadata.name")
+        for key, (name, _, facts) in entries:
             if self._applied.get(name) != key:
                 self._apply(facts)
                 self._applied[name] = key
-            out.append(name)
-        return out
+        return [name for _, (name, _, _) in entries]
+
+    def _entry(self, data: bytes) -> tuple[int, tuple[str, bytes, NodeFacts]]:
+        key = hash(data)
+        entry = self._entries.get(key)
+        if entry is None or entry[1] not in data:
+            entry = self._decode(data, key)
+        return key, entry
 
     def _decode(self, data: bytes, key: int) -> tuple[str, bytes, NodeFacts]:
         node = node_decoder.decode(data)

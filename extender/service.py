@@ -7,6 +7,7 @@ scoring arithmetic either (that lives in extender.scoring).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -363,7 +364,11 @@ class SchedulingService:
                 return ExtenderBindingResult(
                     Error=f"pod already holds GPUs on node {existing[0].node}"
                 )
-            return self._bind_only(args, _annotations(existing))
+            result = self._bind_only(args, _annotations(existing))
+            if not result.Error:  # a retry after a restart: the row may still say reserved
+                with contextlib.suppress(Exception):
+                    self.ledger.mark_bound(args.PodUID, self.clock.now())
+            return result
         try:
             decision, grants = self._decide(seen, args.Node)
         except _BindRefused as e:
@@ -458,10 +463,17 @@ class SchedulingService:
     # --- lifecycle -----------------------------------------------------------------------
 
     def release(self, pod_uid: str, reason: str) -> int:
-        """The pod ended (or was deleted): free its reservations and end its ledger rows."""
+        """The pod ended (or was deleted): end its ledger rows, then free its reservations.
+
+        In that order: if the ledger cannot be written the reservation stays, so memory
+        still held on paper is never handed out twice; the caller retries."""
+        ended = self.ledger.release(pod_uid, self.clock.now(), reason)
         self.inventory.release(pod_uid)
         self.pods.pop(pod_uid)
-        return self.ledger.release(pod_uid, self.clock.now(), reason)
+        forget = getattr(self.binder, "forget", None)
+        if forget is not None:
+            forget(pod_uid)
+        return ended
 
     def started(self, pod_uid: str) -> None:
         self.ledger.mark_started(pod_uid, self.clock.now())

@@ -59,7 +59,7 @@ _COMMON = {
 BUILDS: dict[str, dict[str, int]] = {
     "base": {**_COMMON, "PersistentVolumeClaim": 1},
     "overlays/default-profile": {**_COMMON, "PersistentVolumeClaim": 1},
-    "overlays/postgres-ha": {**_COMMON, "PodDisruptionBudget": 1},
+    "overlays/postgres-ha": {**_COMMON, "PodDisruptionBudget": 1, "Service": 2},
     "examples": {"DeviceClass": 1, "ResourceClaimTemplate": 1, "Pod": 2},
     "scheduler": {"ConfigMap": 1},
     "grafana": {"ConfigMap": 1},
@@ -505,7 +505,10 @@ def test_built_agent_daemonset(kustomize: str, target: str) -> None:
     assert _flag(args, "--node") == "$(NODE_NAME)"
     node_env = next(e for e in agent["env"] if e["name"] == "NODE_NAME")
     assert node_env["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
-    svc = find(docs, "Service", "headroom-extender")
+    # with two replicas (postgres-ha) agents must reach every one: a headless Service
+    ha = target == "overlays/postgres-ha"
+    svc = find(docs, "Service", "headroom-extender-peers" if ha else "headroom-extender")
+    assert (svc["spec"].get("clusterIP") == "None") is ha
     assert _flag(args, "--extender") == (
         f"http://{svc['metadata']['name']}.{svc['metadata']['namespace']}.svc:8888")
     assert spec["hostPID"] is True and spec["runtimeClassName"] == "nvidia"

@@ -48,6 +48,10 @@ def test_bind_fails_cleanly_while_postgres_is_down_and_recovers(
         assert ext.client.get("/v1/allocations").status_code == 503
         released = ext.client.post("/v1/pods/uid-p1/release")
         assert released.status_code == 503 and "ledger unavailable" in released.text
+        # the row could not be ended, so the memory stays reserved (never handed out twice)
+        assert ext.built.service.inventory.grants_of("uid-p1") != []
+        metrics = ext.client.get("/metrics")  # ledger gauges skipped, the rest still served
+        assert metrics.status_code == 200 and "headroom_binds_total" in metrics.text
 
         stoppable_pg.start()
         with psycopg.connect(plain) as conn:  # nothing half-written for the refused bind
