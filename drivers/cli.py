@@ -21,11 +21,11 @@ from drivers.agent import Agent
 from drivers.attribution import Attributor, CachedAttributor
 from drivers.base import GpuDriver
 from drivers.cgroup import ProcAttributor
-from drivers.jsonlog import configure_json_logging
 from drivers.metrics import AgentMetrics
 from drivers.sender import ReportSender
 from drivers.server import MetricsServer
 from extender.clock import SystemClock
+from extender.logs import setup_logging
 from extender.tls import CertReloader
 
 log = logging.getLogger("headroom.agent")
@@ -112,7 +112,7 @@ def make_driver(args: argparse.Namespace) -> tuple[GpuDriver, Attributor]:
 
 def run_agent_command(args: argparse.Namespace) -> int:
     """Entry for ``headroom agent``; returns the process exit code."""
-    configure_json_logging(args.log_level)
+    setup_logging(args.log_level)
     if not args.node:
         print("headroom agent: --node or $NODE_NAME is required", file=sys.stderr)
         return 2
