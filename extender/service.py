@@ -15,6 +15,7 @@ from decimal import Decimal
 from typing import cast
 
 import msgspec
+import numpy as np
 
 from extender.allocation import (
     AlreadyAllocated,
@@ -54,8 +55,9 @@ from extender.protocol import (
 )
 from extender.reports import NodeReport, ReportResponse
 from extender.scoring import Context, Evaluation, Limits, Policy, Weights, evaluate, priorities
+from extender.scoring.framework import as_arrays, blended_array
 from extender.scoring.model import GpuView, NodeView
-from extender.scoring.narrowing import narrow
+from extender.scoring.narrowing import narrow_mask
 from extender.usage import Discrepancy, discrepancies, observations
 from extender.workload import WorkloadMix
 
@@ -172,43 +174,23 @@ class SchedulingService:
         prices: list[float | None],
         demand: GpuDemand,
     ) -> tuple[list[int], ExtenderFilterResult]:
+        """Passing nodes and a reason for each node that does not fit. With narrowing only
+        the nodes the policy and cost put on top pass (docs/scheduling.md); the others fit,
+        so they get no failure reason (kube-scheduler only shows reasons when nothing
+        passes, and narrowing never passes nothing when something fits)."""
         result = ExtenderFilterResult()
-        passing: list[int] = []
-        for i, (name, ev) in enumerate(zip(names, evals, strict=True)):
-            if ev.fits:
-                passing.append(i)
-            elif ev.unresolvable:
-                result.FailedAndUnresolvableNodes[name] = ev.reason
-            else:
-                result.FailedNodes[name] = ev.reason
-        if self.config.narrow_epsilon is not None and demand.count > 0 and len(passing) > 1:
-            passing = self._narrow(names, evals, prices, passing, result)
+        raw, fits, price = as_arrays(evals, prices)
+        for i in np.flatnonzero(~fits).tolist():
+            ev = evals[i]
+            failed = result.FailedAndUnresolvableNodes if ev.unresolvable else result.FailedNodes
+            failed[names[i]] = ev.reason
+        mask = fits
+        eps = self.config.narrow_epsilon
+        if eps is not None and demand.count > 0 and int(fits.sum()) > 1:
+            mask = narrow_mask(blended_array(raw, fits, price, self.config.weights), eps)
+        passing: list[int] = np.flatnonzero(mask).tolist()
         result.NodeNames = [names[i] for i in passing]
         return passing, result
-
-    def _narrow(
-        self,
-        names: list[str],
-        evals: list[Evaluation],
-        prices: list[float | None],
-        passing: list[int],
-        result: ExtenderFilterResult,
-    ) -> list[int]:
-        """Pass only the nodes the policy and cost put on top (docs/scheduling.md); the
-        others fit, so they are reported as resolvable, with that reason."""
-        assert self.config.narrow_epsilon is not None
-        keep = narrow(
-            {names[i]: evals[i] for i in passing},
-            {names[i]: prices[i] for i in passing},
-            self.config.weights,
-            self.config.narrow_epsilon,
-        )
-        for i in passing:
-            if names[i] not in keep:
-                result.FailedNodes[names[i]] = (
-                    "fits, but not among the best headroom/cost nodes for this pod (narrowing)"
-                )
-        return [i for i in passing if names[i] in keep]
 
     def _unplaceable(self, pod: Pod, result: ExtenderFilterResult) -> None:
         reasons = {**result.FailedNodes, **result.FailedAndUnresolvableNodes}

@@ -2,26 +2,31 @@
 
 cost(n) = (p_max - p(n)) / (p_max - p_min)   over the candidate nodes, p = $/GPU-GiB-hour
 A node whose price is unknown gets 0.5 (neither rewarded nor punished); when every
-candidate costs the same, all get 1.
+candidate costs the same, all get 1. Computed over arrays (NaN = unknown price), as the
+filter does it for thousands of candidates per pod.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+import numpy as np
+import numpy.typing as npt
+
+Floats = npt.NDArray[np.float64]
+
+
+def cost_array(prices: Floats) -> Floats:
+    out = np.full(prices.shape, 0.5)
+    known = ~np.isnan(prices)
+    if known.any():
+        p = prices[known]
+        lo, hi = p.min(), p.max()
+        out[known] = (hi - p) / (hi - lo) if hi > lo else 1.0
+    return out
+
 
 def cost_terms(prices: Mapping[str, float | None]) -> dict[str, float]:
-    known = [p for p in prices.values() if p is not None]
-    if not known:
-        return dict.fromkeys(prices, 0.5)
-    lo, hi = min(known), max(known)
-    span = hi - lo
-    out: dict[str, float] = {}
-    for name, p in prices.items():
-        if p is None:
-            out[name] = 0.5
-        elif span <= 0:
-            out[name] = 1.0
-        else:
-            out[name] = (hi - p) / span
-    return out
+    names = list(prices)
+    values = np.array([np.nan if prices[n] is None else prices[n] for n in names], dtype=float)
+    return dict(zip(names, cost_array(values).tolist(), strict=True))

@@ -8,17 +8,21 @@ by weight x 10 and does not clamp, so we never exceed 10).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
 
 from extender.demand import CapacityPref, GpuDemand
 from extender.protocol import MAX_PRIORITY
-from extender.scoring.cost import cost_terms
+from extender.scoring.cost import Floats, cost_array
 from extender.scoring.fit import fitting_gpus, shortfall_reason
 from extender.scoring.model import GpuView, NodeView
 from extender.scoring.policy import Context, Policy
 
 SPOT = "spot"
+Bools = npt.NDArray[np.bool_]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,22 +74,39 @@ def _never_fits(node: NodeView, demand: GpuDemand, ctx: Context) -> bool:
     return len(big) < demand.count
 
 
+def blended_array(raw: Floats, fits: Bools, prices: Floats, weights: Weights) -> Floats:
+    """b(n) in 0..1 for each node (NaN where it does not fit): the policy's raw score
+    min-max normalised over the fitting nodes (all 1 when equal), blended with the cost
+    term by the weights. Arrays, because the filter does this for every candidate."""
+    out = np.full(raw.shape, np.nan)
+    if not fits.any():
+        return out
+    r = raw[fits]
+    lo, hi = r.min(), r.max()
+    pol = (r - lo) / (hi - lo) if hi > lo else np.ones_like(r)
+    cost = cost_array(prices[fits])
+    out[fits] = (weights.policy * pol + weights.cost * cost) / (weights.policy + weights.cost)
+    return out
+
+
+def as_arrays(
+    evals: Sequence[Evaluation], prices: Sequence[float | None]
+) -> tuple[Floats, Bools, Floats]:
+    n = len(evals)
+    raw = np.fromiter((e.raw for e in evals), dtype=float, count=n)
+    fits = np.fromiter((e.fits for e in evals), dtype=bool, count=n)
+    price = np.fromiter((np.nan if p is None else p for p in prices), dtype=float, count=n)
+    return raw, fits, price
+
+
 def blended(
     evals: Mapping[str, Evaluation], prices: Mapping[str, float | None], weights: Weights
 ) -> dict[str, float]:
-    """b(n) in 0..1 for each fitting node: the policy's raw score min-max normalised over
-    the fitting nodes (all 1 when equal), blended with the cost term by the weights."""
-    fit = {name: e.raw for name, e in evals.items() if e.fits}
-    if not fit:
-        return {}
-    lo, hi = min(fit.values()), max(fit.values())
-    cost = cost_terms({name: prices.get(name) for name in fit})
-    total_w = weights.policy + weights.cost
-    return {
-        name: (weights.policy * ((raw - lo) / (hi - lo) if hi > lo else 1.0)
-               + weights.cost * cost[name]) / total_w
-        for name, raw in fit.items()
-    }
+    """``blended_array`` by node name, for the fitting nodes."""
+    names = list(evals)
+    raw, fits, price = as_arrays([evals[n] for n in names], [prices.get(n) for n in names])
+    b = blended_array(raw, fits, price, weights)
+    return {n: float(v) for n, v, ok in zip(names, b, fits, strict=True) if ok}
 
 
 def priorities(

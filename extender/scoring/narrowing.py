@@ -18,10 +18,27 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from extender.scoring.framework import Evaluation, Weights, blended
+import numpy as np
+
+from extender.scoring.cost import Floats
+from extender.scoring.framework import Bools, Evaluation, Weights, as_arrays, blended_array
+from extender.scoring.framework import blended as blended
 
 EPSILON = 0.02  # in blended units (0..1); the scheduler's integer step is 0.1
 KEEP = 1
+
+
+def narrow_mask(b: Floats, epsilon: float = EPSILON, keep: int = KEEP) -> Bools:
+    """Which nodes the filter passes, given ``blended_array`` (NaN = does not fit): those
+    within ``epsilon`` of the best, and at least the ``keep`` best (stable order)."""
+    fits = ~np.isnan(b)
+    if not fits.any():
+        return fits
+    mask = fits & (b >= np.nanmax(b) - epsilon)
+    if keep > 1:
+        order = np.argsort(np.where(fits, -b, np.inf), kind="stable")
+        mask[order[: min(keep, int(fits.sum()))]] = True
+    return mask
 
 
 def narrow(
@@ -31,13 +48,8 @@ def narrow(
     epsilon: float = EPSILON,
     keep: int = KEEP,
 ) -> set[str]:
-    """Names the filter should pass: fitting nodes within ``epsilon`` of the best blend, and
-    at least the ``keep`` best (all fitting nodes when fewer). Empty only if none fits."""
-    b = blended(evals, prices, weights)
-    if not b:
-        return set()
-    top = max(b.values())
-    passing = {name for name, v in b.items() if v >= top - epsilon}
-    ranked = sorted(b, key=lambda name: -b[name])
-    passing.update(ranked[: max(keep, 1)])
-    return passing
+    """Names the filter should pass (``narrow_mask`` by name). Empty only if none fits."""
+    names = list(evals)
+    raw, fits, price = as_arrays([evals[n] for n in names], [prices.get(n) for n in names])
+    mask = narrow_mask(blended_array(raw, fits, price, weights), epsilon, keep)
+    return {n for n, keep_it in zip(names, mask, strict=True) if keep_it}
