@@ -125,6 +125,8 @@ def measure(
     nodes = {x: node_object(x) for x in names} if mode == "Nodes" else None
     ours, floor = [], []
     rng = random.Random(7)
+    if shape != "cold":  # warm and churn start from a built plan, as in steady state
+        client.post("/filter", content=body_for(pod(0, 4096), names, nodes), headers=JSON)
     for i in tqdm(
         range(n), desc=f"{len(names)} nodes {mode} {shape}", leave=False, file=sys.stderr
     ):
