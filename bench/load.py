@@ -323,9 +323,11 @@ def main() -> int:
 
 
 def run(args: argparse.Namespace, proc: subprocess.Popen[bytes], url: str) -> int:
-    ctx = mp.get_context("fork")
+    # spawn, not fork: forking this threaded process could copy a held lock into a child
+    # (seen: the scheduling child deadlocked before its first request)
+    ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    start = time.time() + 1.0
+    start = time.time() + 5.0  # spawned children import the project first
     end = start + args.duration
     children = [
         ctx.Process(target=run_reports, args=(url, args.nodes, args.interval,

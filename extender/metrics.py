@@ -58,6 +58,8 @@ class LedgerMetrics:
 
     def observed(self, observations: Sequence[Observation]) -> None:
         with self._lock:
+            if len(self._used) > 200_000:  # never scraped: ended pods were never pruned
+                self._used.clear()
             for o in observations:
                 self._used[(o.pod_uid, o.gpu_uuid)] = o.used_mib
 
