@@ -131,19 +131,23 @@ class ClusterSync:
             self.service.release(uid, reason)
 
     def _readopt(self, uid: str, meta: dict[str, Any], node: str) -> None:
-        """A bound pod with a grant annotation the inventory does not hold (restart)."""
+        """A bound pod holding GPUs the inventory does not know of: after a restart, or
+        bound by another replica (HA shares the ledger, not memory). Its ledger rows are
+        the grant; without rows (ledger lost), its annotations are."""
         ann = meta.get("annotations") or {}
         if ANN_GPU_UUIDS not in ann or self.service.inventory.grants_of(uid):
             return
-        if any(a.status != "failed" for a in self.service.ledger.for_pod(uid)
-               if a.ended_at is None):
-            return
-        try:
-            mib = int(ann.get(ANN_GPU_MEMORY_MIB, "0"))
-        except ValueError:
-            return
-        grants = [Grant(uid, meta.get("namespace", ""), meta.get("name", ""), node, u, mib)
-                  for u in ann[ANN_GPU_UUIDS].split(",") if u]
+        rows = [a for a in self.service.ledger.for_pod(uid) if a.ended_at is None]
+        if rows:
+            grants = [Grant(uid, a.pod.namespace, a.pod.name, a.node.name, a.grant.gpu_uuid,
+                            a.grant.memory_mib) for a in rows]
+        else:
+            try:
+                mib = int(ann.get(ANN_GPU_MEMORY_MIB, "0"))
+            except ValueError:
+                return
+            grants = [Grant(uid, meta.get("namespace", ""), meta.get("name", ""), node, u, mib)
+                      for u in ann[ANN_GPU_UUIDS].split(",") if u]
         self.service.inventory.reserve(grants)
 
     # --- Karpenter --------------------------------------------------------------------

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from kubernetes import client as k8s
 
@@ -165,3 +166,38 @@ def test_extender_restart_loses_and_doubles_nothing(
     rows = headroom.allocations(active="true")
     assert sorted(r["pod_name"] for r in rows) == ["first", "third"]
     assert [r["pod_uid"] for r in rows].count(first.metadata.uid) == 1
+
+
+def test_a_second_replica_learns_grants_made_by_the_first(
+    kube_scheduler: Any, headroom: Headroom, make_node: Any, namespace: str, core: Any,
+    e2e_cluster: Any, tmp_path: Path,
+) -> None:
+    """HA: replicas share the ledger, not memory. A standby that sees a pod bound by the
+    leader (watch) reserves its grant, so after a failover it cannot hand it out again."""
+    node = make_node("ha-od", gpus=4, capacity_type="on-demand", instance_type="g5.xlarge")
+    headroom.agent(node, "1xA10G:24Gi")
+    standby = Headroom(tmp_path, e2e_cluster.kubeconfig)
+    standby.restarts = 100  # its own log files; same ledger file as the leader
+    standby.start()
+    try:
+        standby.agent(node, "1xA10G:24Gi")
+        kube_scheduler(headroom.url)
+        core.create_namespaced_pod(namespace, pod_body("leader-bound", "16Gi"))
+        wait_bound(core, namespace, "leader-bound")
+        probe = {"Pod": {"metadata": {"name": "probe", "namespace": namespace, "uid": "probe"},
+                         "spec": {"containers": [{"name": "c", "resources": {"limits": {
+                             "nvidia.com/gpu": "1"}}}]},
+                         },
+                 "NodeNames": [node]}
+        probe["Pod"]["metadata"]["annotations"] = {"headroom.dev/gpu-memory": "16Gi"}
+        deadline = time.monotonic() + 30
+        reason = ""
+        while time.monotonic() < deadline:
+            body = httpx.post(standby.url + "/filter", json=probe).json()
+            reason = {**body["FailedNodes"], **body["FailedAndUnresolvableNodes"]}.get(node, "")
+            if "7.5 GiB free" in reason:
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"standby never reserved the leader's grant: {reason!r}")
+    finally:
+        standby.stop()
