@@ -157,7 +157,7 @@ def test_extender_restart_loses_and_doubles_nothing(
     first = wait_bound(core, namespace, "first")
     headroom.kill()  # SIGKILL mid-run
     headroom.start()
-    headroom.report(node)
+    headroom.report(node, labels=None)
     core.create_namespaced_pod(namespace, pod_body("second", "16Gi"))
     message = wait_unschedulable(core, namespace, "second")
     assert "16.0 GiB" in message  # the first pod's 16 GiB is still reserved after restart
@@ -177,7 +177,7 @@ def test_a_second_replica_learns_grants_made_by_the_first(
     node = make_node("ha-od", gpus=4, capacity_type="on-demand", instance_type="g5.xlarge")
     headroom.agent(node, "1xA10G:24Gi")
     standby = Headroom(tmp_path, e2e_cluster.kubeconfig)
-    standby.restarts = 100  # its own log files; same ledger file as the leader
+    standby.starts = 100  # its own log files; same ledger file as the leader
     standby.start()
     try:
         standby.agent(node, "1xA10G:24Gi")

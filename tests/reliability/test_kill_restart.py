@@ -14,9 +14,8 @@ import pytest
 
 from extender.clock import SystemClock
 from extender.ledger import open_ledger
+from tests.serveproc import ServeProc
 from tests.support import gpu_pod
-
-from .procs import ServeProc
 
 NODES = [f"gpu-{i}" for i in range(4)]
 

@@ -19,8 +19,7 @@ from prometheus_client import CollectorRegistry, Counter
 from drivers.server import MetricsServer
 from extender.simulate.server_thread import free_port
 from extender.tls import CertReloader
-
-from .procs import ServeProc
+from tests.serveproc import ServeProc
 
 
 def make_cert(folder: Path, cn: str) -> tuple[Path, Path]:

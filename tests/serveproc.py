@@ -1,5 +1,6 @@
-"""A real ``headroom serve`` process (standalone, SQLite or PostgreSQL ledger) that a test
-can SIGKILL and start again on the same port and ledger, and simulated agents for it."""
+"""A real ``headroom serve`` process that a test can SIGKILL and start again on the same
+port and ledger (standalone, or bound to the e2e cluster with --kubeconfig), and
+simulated agents reporting to it. Used by tests/reliability and tests/e2e."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from drivers.simulated import SimulatedDriver
 from extender.clock import SystemClock
 from extender.simulate.server_thread import free_port
 
-TOKEN = "reliability-agent-token"
+TOKEN = "test-agent-token"
 LABELS = {"node.kubernetes.io/instance-type": "g5.12xlarge",
           "karpenter.sh/capacity-type": "on-demand"}
 
@@ -78,11 +79,15 @@ class ServeProc:
         return "\n".join(p.read_text(errors="replace")[-n:]
                          for p in sorted(self.workdir.glob("serve-*.log")))
 
-    def report(self, node: str, spec: str = "4xA10G:24Gi") -> httpx.Response:
+    def report(
+        self, node: str, spec: str = "4xA10G:24Gi", labels: dict[str, str] | None = LABELS
+    ) -> httpx.Response:
+        """Send a report from the node's simulated agent (made on first use from ``spec``).
+        ``labels=None``: the node's facts come from the cluster (the Node watch) only."""
         if node not in self.drivers:
             self.drivers[node] = SimulatedDriver(spec, seed=1, node=node)
         d = self.drivers[node]
-        rep = build_report(d, node, d.attribute, SystemClock(), labels=LABELS)
+        rep = build_report(d, node, d.attribute, SystemClock(), labels=labels)
         r = httpx.post(self.url + "/v1/reports", content=msgspec.json.encode(rep),
                        headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
         r.raise_for_status()
