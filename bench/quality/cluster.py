@@ -15,6 +15,7 @@ from pathlib import Path
 
 from extender.pricing import PriceBook
 from extender.scoring import GpuView, NodeView
+from extender.simulate.cluster import draw_instances
 
 GIB = 1024
 SPOT = "spot"
@@ -150,15 +151,9 @@ def priced_node(
 def make_cluster(n: int, seed: int, prices: PriceBook, spot_share: float = 0.5) -> list[SimNode]:
     """``n`` Karpenter nodes drawn from INSTANCE_MIX, each spot with ``spot_share``."""
     rng = random.Random(seed)
-    types = [t for t, _ in INSTANCE_MIX]
-    weights = [w for _, w in INSTANCE_MIX]
     nodes = []
-    for i in range(n):
-        itype = rng.choices(types, weights)[0]
-        info = prices.instance(itype)
-        if info is None:
-            raise ValueError(f"instance type {itype} missing from the price table")
-        capacity = SPOT if rng.random() < spot_share else ON_DEMAND
+    drawn = draw_instances(n, rng, prices, INSTANCE_MIX, spot_share)
+    for i, (itype, info, capacity) in enumerate(drawn):
         cpu, mem = CPU_MEM[itype]
         nodes.append(
             priced_node(

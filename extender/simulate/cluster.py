@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from extender.nodefacts import (
@@ -14,7 +15,7 @@ from extender.nodefacts import (
     NODEPOOL,
     ZONE,
 )
-from extender.pricing import PriceBook
+from extender.pricing import InstancePrice, PriceBook
 
 # (instance type, relative frequency): what a GPU NodePool on AWS typically launches.
 INSTANCE_MIX: tuple[tuple[str, int], ...] = (
@@ -60,17 +61,30 @@ class SimNode:
         }
 
 
-def make_cluster(n: int, seed: int, prices: PriceBook) -> list[SimNode]:
-    rng = random.Random(seed)
-    types = [t for t, _ in INSTANCE_MIX]
-    weights = [w for _, w in INSTANCE_MIX]
-    nodes = []
-    for i in range(n):
+def draw_instances(
+    n: int,
+    rng: random.Random,
+    prices: PriceBook,
+    mix: tuple[tuple[str, int], ...] = INSTANCE_MIX,
+    spot_share: float = SPOT_SHARE,
+) -> Iterator[tuple[str, InstancePrice, str]]:
+    """``n`` (instance type, its catalog entry, capacity type) drawn from ``mix``: what a
+    Karpenter GPU NodePool launches. A generator, so callers may draw more from ``rng``
+    per node (zones) in the same sequence."""
+    types = [t for t, _ in mix]
+    weights = [w for _, w in mix]
+    for _ in range(n):
         itype = rng.choices(types, weights)[0]
         info = prices.instance(itype)
         if info is None:
-            raise ValueError(f"simulated instance type {itype} missing from the price table")
-        capacity = "spot" if rng.random() < SPOT_SHARE else "on-demand"
+            raise ValueError(f"instance type {itype} missing from the price table")
+        yield itype, info, "spot" if rng.random() < spot_share else "on-demand"
+
+
+def make_cluster(n: int, seed: int, prices: PriceBook) -> list[SimNode]:
+    rng = random.Random(seed)
+    nodes = []
+    for i, (itype, info, capacity) in enumerate(draw_instances(n, rng, prices)):
         nodes.append(SimNode(f"gpu-node-{i:03d}", itype, capacity, rng.choice(ZONES), info.gpus,
                              info.gpu_model, info.gpu_memory_mib))
     return nodes
