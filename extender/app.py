@@ -22,6 +22,7 @@ from extender.kube.client import api_client
 from extender.kube.events import EventRecorder
 from extender.kube.sync import ClusterSync
 from extender.ledger import open_ledger
+from extender.memtune import tune_malloc
 from extender.metrics import attach_ledger
 from extender.pricing import load_pricebook
 from extender.scoring import Limits, Weights, policy_by_name
@@ -44,6 +45,7 @@ class Built:
 
 def build(settings: Settings, clock: Clock | None = None, binder: Binder | None = None) -> Built:
     """Standalone (in-process binder) unless a kubeconfig or in-cluster config is set."""
+    tune_malloc()
     clock = clock or SystemClock()
     api = None
     if settings.kubeconfig or settings.in_cluster:

@@ -2,7 +2,9 @@
 
 Reports replace a node's measurements; grants reserve memory per GPU until released,
 so two pods in flight never both take the last slice of one GPU. ``view()`` turns the
-state into the plain ``NodeView`` scoring works on, rebuilt only when the node changed.
+state into the plain ``NodeView`` scoring works on, rebuilt only when the node changed;
+``columns()`` gives every node at once as arrays (``extender.columns``), for requests
+that name thousands of nodes.
 Thread-safe: reports, binds and releases may come from different threads.
 """
 
@@ -10,8 +12,9 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from extender.columns import NodeColumns
 from extender.nodefacts import NodeFacts, facts_from_labels
 from extender.pricing import NodePrice, PriceBook
 from extender.reports import GpuReport, NodeReport, PodGrant
@@ -48,10 +51,6 @@ class _Node:
     version: int = 0
     view: NodeView | None = None
     price: NodePrice | None = None
-    # evaluations of this node's current view, by pod shape: filter and prioritize for a
-    # burst of similar pods hit this instead of re-running the policy (cleared on change)
-    memo: dict[object, object] = field(default_factory=dict)
-    memo_version: int = -1
     draining: bool = False  # Karpenter is deleting this node's NodeClaim
 
 
@@ -88,6 +87,8 @@ class Inventory:
         self._seq = 0
         # (seq, node) of every change, so request plans re-evaluate only what changed
         self._changes: deque[tuple[int, str]] = deque(maxlen=100_000)
+        self._columns = NodeColumns()
+        self._dirty: set[str] = set()  # nodes whose columns row is behind
 
     # --- inputs ----------------------------------------------------------------------
 
@@ -118,6 +119,8 @@ class Inventory:
             node.gpus, node.received_at = gpus, received_at
             if changed:
                 self._touch(report.node)
+            else:
+                self._columns.set_received(report.node, received_at)
 
     def set_draining(self, name: str, draining: bool) -> None:
         """Karpenter's NodeClaim for this node is being deleted: no new GPU pods."""
@@ -214,27 +217,20 @@ class Inventory:
         node = self._nodes.get(name)
         return node.price if node else None
 
-    def ready_view(
-        self, name: str, now: float, stale_after: float
-    ) -> tuple[NodeView, dict[object, object], float] | None:
-        """The hot path: the view and its memo if the node is schedulable now (reported,
-        fresh, not disrupted); None otherwise (the caller then asks why)."""
-        node = self._nodes.get(name)
-        if (
-            node is None
-            or node.received_at is None
-            or node.facts.disrupted
-            or node.draining
-            or now - node.received_at > stale_after
-        ):
-            return None
-        view = node.view
-        if view is None or view.version != node.version:
-            with self._lock:
-                view = self._build_view(name, node)
-        if node.memo_version != view.version or len(node.memo) > 64:
-            node.memo, node.memo_version = {}, view.version
-        return view, node.memo, node.received_at
+    def columns(self) -> tuple[int, NodeColumns]:
+        """The change sequence and every node as arrays, changed nodes' rows rewritten
+        first (under the lock, so the sequence says exactly what the rows reflect)."""
+        with self._lock:
+            for name in self._dirty:
+                node = self._nodes.get(name)
+                view = self.view(name) if node is not None else None
+                if node is None or node.received_at is None or view is None:
+                    self._columns.drop(name)
+                else:
+                    usable = not (node.facts.disrupted or node.draining)
+                    self._columns.write(view, node.received_at, usable)
+            self._dirty.clear()
+            return self._seq, self._columns
 
     def view(self, name: str) -> NodeView | None:
         """The node as scoring sees it, or None if no agent has reported for it."""
@@ -300,6 +296,7 @@ class Inventory:
 
     def _touch(self, name: str) -> None:
         self._seq += 1
+        self._dirty.add(name)
         self._changes.append((self._seq, name))
         node = self._nodes.get(name)
         if node is not None:

@@ -3,12 +3,14 @@
 kube-scheduler asks about the same candidates again and again: filter then prioritize
 for every pod, replicas of one shape in a row. Between two asks only a few nodes change
 (an agent report that moved the numbers, a bind, a release), so a plan re-evaluates just
-those — the inventory's change log names them — instead of walking every node again.
-Nodes that were unavailable are always re-checked (a stale agent may be back), and the
-whole plan is rebuilt once the oldest report it relied on could have gone stale.
+those — the inventory's change log names them — instead of every node again. Nodes
+that were unavailable are always re-checked (a stale agent may be back), and the whole
+plan is rebuilt once the oldest report it relied on could have gone stale.
 
-What callers derive from a plan (the filter reply, the scores) is kept in ``derived``
-and dropped whenever any entry changes. Used from one thread (the event loop).
+A plan is columnar, like the evaluation behind it: per candidate whether it fits, its
+raw policy score and $/GiB-h, and a reason for each one that does not fit. What callers
+derive from a plan (the filter reply, the scores) is kept in ``derived`` and dropped
+whenever any of that changes. Used from one thread (the event loop).
 """
 
 from __future__ import annotations
@@ -17,24 +19,54 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
-from extender.scoring.framework import Evaluation
+import numpy as np
 
-# one node's outcome: evaluation, $/GiB-h, and the report time it relied on (None when
-# the node was unavailable)
-Entry = tuple[Evaluation, float | None, float | None]
-EvaluateNodes = Callable[[list[str]], list[Entry]]
+from extender.scoring.batch import Bools, Floats, Ints
+
+# (reason, unresolvable) for a candidate that does not fit
+Failure = tuple[str, bool]
+
+
+@dataclass
+class Outcome:
+    """Evaluations of some candidates, in their order."""
+
+    fits: Bools
+    raw: Floats
+    price: Floats  # $/GiB-h; NaN: unknown
+    received: Floats  # report time relied on; NaN: the node was unavailable
+    failures: dict[int, Failure]  # by position, for every candidate that does not fit
+
+
+EvaluateNames = Callable[[list[str]], Outcome]
 
 
 @dataclass
 class Plan:
     names: list[str]
-    evals: list[Evaluation]
-    prices: list[float | None]
+    fits: Bools
+    raw: Floats
+    price: Floats
+    failures: dict[int, Failure]
     seq: int  # inventory change sequence the entries reflect
     fresh_until: float  # until then no available entry can have gone stale
-    unavailable: list[int]  # indices to re-check on every use
-    index: dict[str, int] = field(default_factory=dict)
+    unavailable: Ints  # positions to re-check on every use
+    index: dict[str, int] | None = None  # name -> position, built on first patch
     derived: dict[str, object] = field(default_factory=dict)
+
+    @staticmethod
+    def of(names: list[str], seq: int, outcome: Outcome, stale_after: float) -> Plan:
+        received = outcome.received[~np.isnan(outcome.received)]
+        return Plan(
+            names=list(names),
+            fits=outcome.fits,
+            raw=outcome.raw,
+            price=outcome.price,
+            failures=outcome.failures,
+            seq=seq,
+            fresh_until=float(received.min()) + stale_after if received.size else np.inf,
+            unavailable=np.flatnonzero(np.isnan(outcome.received)),
+        )
 
 
 class Plans:
@@ -49,13 +81,13 @@ class Plans:
         now: float,
         seq: int,
         changed_since: Callable[[int], set[str] | None],
-        evaluate: EvaluateNodes,
+        evaluate: EvaluateNames,
         stale_after: float,
     ) -> Plan:
         key = (shape, len(names), hash(tuple(names)))
         plan = self._plans.get(key)
         if plan is None or plan.names != names or now > plan.fresh_until:
-            plan = self._build(names, seq, evaluate, stale_after)
+            plan = Plan.of(names, seq, evaluate(names), stale_after)
             self._plans[key] = plan
             while len(self._plans) > self._capacity:
                 self._plans.popitem(last=False)
@@ -63,41 +95,41 @@ class Plans:
             self._plans.move_to_end(key)
             changed = changed_since(plan.seq)
             if changed is None:  # the change log no longer reaches back that far
-                plan = self._plans[key] = self._build(names, seq, evaluate, stale_after)
+                plan = self._plans[key] = Plan.of(names, seq, evaluate(names), stale_after)
             else:
-                self._patch(plan, changed, seq, evaluate, stale_after)
+                _patch(plan, changed, seq, evaluate, stale_after)
         return plan
 
-    @staticmethod
-    def _build(names: list[str], seq: int, evaluate: EvaluateNodes, stale_after: float) -> Plan:
-        entries = evaluate(names)
-        received = [r for _, _, r in entries if r is not None]
-        return Plan(
-            names=list(names),
-            evals=[e for e, _, _ in entries],
-            prices=[p for _, p, _ in entries],
-            seq=seq,
-            fresh_until=(min(received) if received else float("inf")) + stale_after,
-            unavailable=[i for i, (_, _, r) in enumerate(entries) if r is None],
-            index={name: i for i, name in enumerate(names)},
-        )
 
-    @staticmethod
-    def _patch(
-        plan: Plan, changed: set[str], seq: int, evaluate: EvaluateNodes, stale_after: float
-    ) -> None:
-        redo = sorted({plan.index[n] for n in changed if n in plan.index} | set(plan.unavailable))
-        plan.seq = seq
-        if not redo:
-            return
-        entries = evaluate([plan.names[i] for i in redo])
-        unavailable = set(plan.unavailable) - set(redo)
-        for i, (ev, price, received) in zip(redo, entries, strict=True):
-            if ev != plan.evals[i] or price != plan.prices[i]:
-                plan.derived.clear()
-            plan.evals[i], plan.prices[i] = ev, price
-            if received is None:
-                unavailable.add(i)
-            else:
-                plan.fresh_until = min(plan.fresh_until, received + stale_after)
-        plan.unavailable = sorted(unavailable)
+def _patch(
+    plan: Plan, changed: set[str], seq: int, evaluate: EvaluateNames, stale_after: float
+) -> None:
+    plan.seq = seq
+    if not changed and not plan.unavailable.size:
+        return
+    if plan.index is None:
+        plan.index = {name: i for i, name in enumerate(plan.names)}
+    index = plan.index
+    redo = np.union1d(
+        np.fromiter((index[n] for n in changed if n in index), dtype=np.int64),
+        plan.unavailable,
+    )
+    if not redo.size:
+        return
+    new = evaluate([plan.names[i] for i in redo.tolist()])
+    failures = {int(redo[k]): f for k, f in new.failures.items()}
+    if (
+        not np.array_equal(plan.fits[redo], new.fits)
+        or not np.array_equal(plan.raw[redo], new.raw)
+        or not np.array_equal(plan.price[redo], new.price, equal_nan=True)
+        or any(plan.failures.get(i) != failures.get(i) for i in redo.tolist())
+    ):
+        plan.derived.clear()
+    plan.fits[redo], plan.raw[redo], plan.price[redo] = new.fits, new.raw, new.price
+    for i in redo.tolist():
+        plan.failures.pop(i, None)
+    plan.failures.update(failures)
+    down = np.isnan(new.received)
+    plan.unavailable = np.union1d(np.setdiff1d(plan.unavailable, redo), redo[down])
+    if (~down).any():
+        plan.fresh_until = min(plan.fresh_until, float(new.received[~down].min()) + stale_after)

@@ -38,7 +38,7 @@ from extender.ledger.base import Ledger
 from extender.ledger_writer import LedgerWriter
 from extender.metrics import SCHEDULING
 from extender.nodecache import NodeObjectCache
-from extender.plans import Entry, Plan, Plans
+from extender.plans import Failure, Outcome, Plan, Plans
 from extender.podcache import PodCache, SeenPod
 from extender.pricing import NodePrice
 from extender.protocol import (
@@ -54,8 +54,13 @@ from extender.protocol import (
     Pod,
 )
 from extender.reports import NodeReport, ReportResponse
-from extender.scoring import Context, Evaluation, Limits, Policy, Weights, evaluate, priorities
-from extender.scoring.framework import as_arrays, blended_array
+from extender.scoring import Context, Evaluation, Limits, Policy, Weights, evaluate
+from extender.scoring.framework import (
+    as_arrays,
+    blended_array,
+    evaluate_batch,
+    priority_array,
+)
 from extender.scoring.model import GpuView, NodeView
 from extender.scoring.narrowing import narrow_mask
 from extender.usage import Discrepancy, discrepancies, observations
@@ -156,10 +161,10 @@ class SchedulingService:
                 return ExtenderFilterResult(), list(raws)
             return ExtenderFilterResult(NodeNames=list(args.NodeNames or [])), None
         names = self._names(args)
-        evals, prices, derived = self._evaluate_all(args.Pod, demand, names, self.clock.now())
-        outcome = derived.get("filter")
+        plan = self._plan(args.Pod, demand, names, self.clock.now())
+        outcome = plan.derived.get("filter")
         if outcome is None:  # the same candidates and shape as last time give the same reply
-            outcome = derived["filter"] = self._filter_outcome(names, evals, prices, demand)
+            outcome = plan.derived["filter"] = self._filter_outcome(plan, demand)
         passing, result = cast(tuple[list[int], ExtenderFilterResult], outcome)
         if not passing and names:
             self._unplaceable(args.Pod, result)
@@ -168,28 +173,24 @@ class SchedulingService:
         return result, None
 
     def _filter_outcome(
-        self,
-        names: list[str],
-        evals: list[Evaluation],
-        prices: list[float | None],
-        demand: GpuDemand,
+        self, plan: Plan, demand: GpuDemand
     ) -> tuple[list[int], ExtenderFilterResult]:
         """Passing nodes and a reason for each node that does not fit. With narrowing only
         the nodes the policy and cost put on top pass (docs/scheduling.md); the others fit,
         so they get no failure reason (kube-scheduler only shows reasons when nothing
         passes, and narrowing never passes nothing when something fits)."""
         result = ExtenderFilterResult()
-        raw, fits, price = as_arrays(evals, prices)
-        for i in np.flatnonzero(~fits).tolist():
-            ev = evals[i]
-            failed = result.FailedAndUnresolvableNodes if ev.unresolvable else result.FailedNodes
-            failed[names[i]] = ev.reason
-        mask = fits
+        for i in sorted(plan.failures):
+            reason, unresolvable = plan.failures[i]
+            failed = result.FailedAndUnresolvableNodes if unresolvable else result.FailedNodes
+            failed[plan.names[i]] = reason
+        mask = plan.fits
         eps = self.config.narrow_epsilon
-        if eps is not None and demand.count > 0 and int(fits.sum()) > 1:
-            mask = narrow_mask(blended_array(raw, fits, price, self.config.weights), eps)
+        if eps is not None and demand.count > 0 and int(mask.sum()) > 1:
+            b = blended_array(plan.raw, plan.fits, plan.price, self.config.weights)
+            mask = narrow_mask(b, eps)
         passing: list[int] = np.flatnonzero(mask).tolist()
-        result.NodeNames = [names[i] for i in passing]
+        result.NodeNames = [plan.names[i] for i in passing]
         return passing, result
 
     def _unplaceable(self, pod: Pod, result: ExtenderFilterResult) -> None:
@@ -208,12 +209,13 @@ class SchedulingService:
         names = self._names(args)
         if not demand.wants_gpu:
             return [HostPriority(Host=n, Score=0) for n in names]
-        evals, prices, derived = self._evaluate_all(args.Pod, demand, names, self.clock.now())
-        reply = derived.get("prioritize")
+        plan = self._plan(args.Pod, demand, names, self.clock.now())
+        reply = plan.derived.get("prioritize")
         if reply is None:
-            scores = priorities(dict(zip(names, evals, strict=True)),
-                                dict(zip(names, prices, strict=True)), self.config.weights)
-            reply = derived["prioritize"] = [HostPriority(Host=n, Score=scores[n]) for n in names]
+            scores = priority_array(plan.raw, plan.fits, plan.price, self.config.weights)
+            reply = plan.derived["prioritize"] = [
+                HostPriority(Host=n, Score=s) for n, s in zip(names, scores.tolist(), strict=True)
+            ]
         return cast(list[HostPriority], reply)
 
     def _names(self, args: ExtenderArgs) -> list[str]:
@@ -233,45 +235,55 @@ class SchedulingService:
     def _context(self) -> Context:
         return Context(limits=self.config.limits, mix=self.mix.mix)
 
-    def _evaluate_all(
-        self, pod: Pod, demand: GpuDemand, names: list[str], now: float
-    ) -> tuple[list[Evaluation], list[float | None], dict[str, object]]:
-        """Each node's evaluation and $/GiB-h for this pod (device-plugin GPUs or DRA
-        claims), and where replies derived from them may be cached (dropped on change)."""
+    def _plan(self, pod: Pod, demand: GpuDemand, names: list[str], now: float) -> Plan:
+        """Each candidate's evaluation for this pod (device-plugin GPUs or DRA claims),
+        and where replies derived from them may be cached (dropped on change)."""
         if demand.count == 0 and demand.dra_claims:
             evals, prices = self._evaluate_all_dra(pod, names, now)
-            return evals, prices, {}
-        plan = self._plan(demand, names, now)
-        return plan.evals, plan.prices, plan.derived
-
-    def _plan(self, demand: GpuDemand, names: list[str], now: float) -> Plan:
+            return Plan.of(names, -1, _outcome(evals, prices), self.config.stale_after)
         shape = (demand.key, demand.capacity, self.mix.version)
         return self.plans.plan(
             names, shape, now, self.inventory.seq, self.inventory.changed_since,
-            lambda subset: self._evaluate_nodes(subset, demand, shape, now),
+            lambda subset: self._evaluate_names(subset, demand, now),
             self.config.stale_after,
         )
 
-    def _evaluate_nodes(
-        self, names: list[str], demand: GpuDemand, shape: tuple[object, ...], now: float
-    ) -> list[Entry]:
-        """Evaluate each node for this pod shape; the policy runs only when the node
-        changed since a pod of the same shape was evaluated there (the node's memo)."""
-        ctx, stale = self._context(), self.config.stale_after
-        ready_view = self.inventory.ready_view
-        out: list[Entry] = []
-        for name in names:
-            ready = ready_view(name, now, stale)
-            if ready is None:
-                reason = self._unavailable(name, now) or "node changed during evaluation; retry"
-                out.append((Evaluation(False, reason, unresolvable=True), None, None))
-                continue
-            view, memo, received = ready
-            ev = memo.get(shape)
-            if ev is None:
-                ev = memo[shape] = evaluate(view, demand, self.policy, ctx)
-            out.append((ev, view.price_per_gib_hour, received))  # type: ignore[arg-type]
-        return out
+    def _evaluate_names(self, names: list[str], demand: GpuDemand, now: float) -> Outcome:
+        """Every named node at once from the inventory's columns (MIG demands node by
+        node); the nodes that do not fit are then asked, one by one, why not."""
+        _, cols = self.inventory.columns()
+        rows = cols.rows(names)
+        ok = cols.available(rows, now, self.config.stale_after)
+        fits, raw = np.zeros(len(names), dtype=bool), np.zeros(len(names))
+        ctx = self._context()
+        if demand.mig_profile:
+            for i in np.flatnonzero(ok).tolist():
+                view = self.inventory.view(names[i])
+                ev = evaluate(view, demand, self.policy, ctx) if view else Evaluation(False)
+                fits[i], raw[i] = ev.fits, ev.raw
+        elif ok.any():
+            fits[ok], raw[ok] = evaluate_batch(
+                cols.batch(rows[ok], ctx.limits), demand, self.policy, ctx
+            )
+        failures = {
+            i: self._failure(names[i], bool(ok[i]), demand, ctx, now)
+            for i in np.flatnonzero(~fits).tolist()
+        }
+        nan = np.full(len(names), np.nan)
+        return Outcome(fits, raw, np.where(ok, cols.prices(rows), nan),
+                       np.where(ok, cols.received_at(rows), nan), failures)
+
+    def _failure(
+        self, name: str, available: bool, demand: GpuDemand, ctx: Context, now: float
+    ) -> Failure:
+        """Why the node cannot take the pod, in words a person can act on."""
+        if available:
+            view = self.inventory.view(name)
+            ev = evaluate(view, demand, self.policy, ctx) if view else None
+            if ev is not None and not ev.fits:
+                return ev.reason, ev.unresolvable
+            return "node changed during evaluation; retry", False
+        return self._unavailable(name, now) or "node changed during evaluation; retry", True
 
     def _evaluate_all_dra(
         self, pod: Pod, names: list[str], now: float
@@ -626,6 +638,12 @@ def _grant(gpu: GpuView, demand: GpuDemand, price: NodePrice | None) -> GpuGrant
         price_per_hour=per_gpu * mib / gpu.total_mib if gpu.total_mib else Decimal(0),
         mig_profile=demand.mig_profile,
     )
+
+
+def _outcome(evals: list[Evaluation], prices: list[float | None]) -> Outcome:
+    raw, fits, price = as_arrays(evals, prices)
+    failures = {i: (e.reason, e.unresolvable) for i, e in enumerate(evals) if not e.fits}
+    return Outcome(fits, raw, price, np.zeros(len(evals)), failures)
 
 
 def _annotations(grants: list[Grant]) -> dict[str, str]:

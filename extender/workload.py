@@ -2,7 +2,9 @@
 
 Each new GPU pod adds its shape with weight 1; older weight decays by ``decay`` per
 arrival so the mix follows a changing workload. The mix is re-published only every
-``publish_every`` arrivals, because it is part of the scoring cache key.
+``publish_every`` arrivals, and only when it moved (a new shape in the top ``top``, or a
+share by more than ``tolerance``), because it is part of the scoring cache key: each
+new version means every node is evaluated afresh for the next pod of every shape.
 """
 
 from __future__ import annotations
@@ -21,11 +23,16 @@ DEFAULT_MIX: tuple[tuple[Shape, float], ...] = (
 
 
 class WorkloadMix:
-    def __init__(self, decay: float = 0.999, publish_every: int = 50, top: int = 8) -> None:
+    def __init__(
+        self, decay: float = 0.999, publish_every: int = 50, top: int = 8,
+        tolerance: float = 0.02,
+    ) -> None:
         self._weights: dict[Shape, float] = {}
         self._decay = decay
         self._publish_every = publish_every
         self._top = top
+        self._keep = 8 * top  # shapes remembered between publications
+        self._tolerance = tolerance
         self._arrivals = 0
         self._lock = threading.Lock()
         self.version = 0
@@ -43,7 +50,18 @@ class WorkloadMix:
                 self._publish()
 
     def _publish(self) -> None:
-        top = sorted(self._weights.items(), key=lambda kv: -kv[1])[: self._top]
+        ranked = sorted(self._weights.items(), key=lambda kv: -kv[1])
+        self._weights = dict(ranked[: self._keep])  # bounded, whatever the workload
+        top = ranked[: self._top]
         total = sum(w for _, w in top)
-        self.mix = tuple((shape, w / total) for shape, w in top)
-        self.version += 1
+        mix = tuple((shape, w / total) for shape, w in top)
+        if self._moved(mix):  # a new version invalidates every cached evaluation
+            self.mix = mix
+            self.version += 1
+
+    def _moved(self, mix: tuple[tuple[Shape, float], ...]) -> bool:
+        """A different set of shapes, or a share moved by more than ``tolerance``."""
+        old = dict(self.mix)
+        if old.keys() != dict(mix).keys():
+            return True
+        return any(abs(p - old[shape]) > self._tolerance for shape, p in mix)

@@ -16,6 +16,7 @@ import numpy.typing as npt
 
 from extender.demand import CapacityPref, GpuDemand
 from extender.protocol import MAX_PRIORITY
+from extender.scoring.batch import GpuBatch, Ints
 from extender.scoring.cost import Floats, cost_array
 from extender.scoring.fit import fitting_gpus, shortfall_reason
 from extender.scoring.model import GpuView, NodeView
@@ -60,6 +61,26 @@ def evaluate(node: NodeView, demand: GpuDemand, policy: Policy, ctx: Context) ->
         return Evaluation(False, reason, unresolvable=_never_fits(node, demand, ctx))
     chosen = policy.place(node, demand, fitting, ctx)
     return Evaluation(True, chosen=chosen, raw=policy.score(node, demand, chosen, ctx))
+
+
+def evaluate_batch(
+    batch: GpuBatch, demand: GpuDemand, policy: Policy, ctx: Context
+) -> tuple[Bools, Floats]:
+    """``evaluate`` for every row at once, for plain (non-MIG) demands: whether the node
+    fits and its raw score (0 where it does not fit). Reasons for the nodes that do not
+    fit come from ``evaluate`` on those nodes alone."""
+    if demand.capacity is CapacityPref.ON_DEMAND:
+        allowed = ~batch.spot
+    elif demand.capacity is CapacityPref.SPOT:
+        allowed = batch.spot
+    else:
+        allowed = np.ones(len(batch), dtype=bool)
+    hold = batch.can_hold(demand, ctx.limits)
+    fits = allowed & (hold.sum(axis=0) >= demand.count)
+    raw = np.zeros(len(batch))
+    if fits.any():
+        raw[fits] = policy.score_batch(batch.take(fits), demand, hold[:, np.flatnonzero(fits)], ctx)
+    return fits, raw
 
 
 def _never_fits(node: NodeView, demand: GpuDemand, ctx: Context) -> bool:
@@ -109,11 +130,18 @@ def blended(
     return {n: float(v) for n, v, ok in zip(names, b, fits, strict=True) if ok}
 
 
+def priority_array(raw: Floats, fits: Bools, prices: Floats, weights: Weights) -> Ints:
+    """Integer 0..10 per node, round(10 * b(n)) (half to even, as Python's round); nodes
+    that do not fit get 0."""
+    b = blended_array(raw, fits, prices, weights)
+    scores = np.clip(np.round(MAX_PRIORITY * np.where(fits, b, 0.0)), 0, MAX_PRIORITY)
+    return scores.astype(np.int64)
+
+
 def priorities(
     evals: Mapping[str, Evaluation], prices: Mapping[str, float | None], weights: Weights
 ) -> dict[str, int]:
-    """Integer 0..10 per node, round(10 * b(n)); nodes that do not fit get 0."""
-    scores = dict.fromkeys(evals, 0)
-    for name, b in blended(evals, prices, weights).items():
-        scores[name] = max(0, min(MAX_PRIORITY, round(MAX_PRIORITY * b)))
-    return scores
+    """``priority_array`` by node name."""
+    names = list(evals)
+    raw, fits, price = as_arrays([evals[n] for n in names], [prices.get(n) for n in names])
+    return dict(zip(names, priority_array(raw, fits, price, weights).tolist(), strict=True))

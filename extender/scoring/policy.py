@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from extender.demand import GpuDemand
+from extender.scoring.batch import Bools, Floats, GpuBatch
 from extender.scoring.fit import unit_mib
 from extender.scoring.model import GpuView, Limits, NodeView
 
@@ -38,6 +39,14 @@ class Policy(Protocol):
         self, node: NodeView, demand: GpuDemand, chosen: tuple[GpuView, ...], ctx: Context
     ) -> float:
         """Raw preference for this node given the choice; higher is better, any scale."""
+        ...
+
+    def score_batch(
+        self, batch: GpuBatch, demand: GpuDemand, hold: Bools, ctx: Context
+    ) -> Floats:
+        """``score(place(...))`` for every row of a batch of nodes that fit a plain
+        (non-MIG) demand; ``hold`` marks the slots that can hold one unit. Must equal
+        the per-node methods exactly: the per-node code is the reference."""
         ...
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from extender.demand import GpuDemand
+from extender.scoring import batch as nb
 from extender.scoring.model import GpuView, NodeView
 from extender.scoring.policy import Context, best_fit, chosen_fill_after, node_fill_after
 
@@ -28,4 +29,12 @@ class Binpack:
         lim = ctx.limits
         return 0.5 * chosen_fill_after(demand, chosen, lim) + 0.5 * node_fill_after(
             node, demand, chosen, lim
+        )
+
+    def score_batch(
+        self, b: nb.GpuBatch, demand: GpuDemand, hold: nb.Bools, ctx: Context
+    ) -> nb.Floats:
+        slots = nb.best_fit_slots(b, hold, demand.count, ctx.limits)
+        return 0.5 * nb.chosen_fill_after(b, demand, slots) + 0.5 * nb.node_fill_after(
+            b, demand, slots
         )

@@ -16,7 +16,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from extender.demand import GpuDemand
+from extender.scoring import batch as nb
 from extender.scoring.fit import unit_mib
+from extender.scoring.fragmentation import greedy_place
 from extender.scoring.model import GpuView, Limits, NodeView
 from extender.scoring.policy import Context, Shape, by_index
 
@@ -117,3 +119,9 @@ class Fgd:
             i = slot[g.uuid]
             state[i] = (max(state[i][0] - unit_mib(g, demand, ctx.limits), 0), False)
         return -(fragmentation(state, ctx.mix) - before) / 1024
+
+    def score_batch(
+        self, b: nb.GpuBatch, demand: GpuDemand, hold: nb.Bools, ctx: Context
+    ) -> nb.Floats:
+        _, before, after = greedy_place(b, demand, hold, ctx.limits, ctx.mix, tie_by_free=False)
+        return -(after - before) / 1024

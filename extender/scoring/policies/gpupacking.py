@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from extender.demand import GpuDemand
+from extender.scoring import batch as nb
 from extender.scoring.model import GpuView, NodeView
 from extender.scoring.policy import Context, best_fit, chosen_fill_after
 
@@ -29,6 +32,15 @@ class GpuPacking:
         self, node: NodeView, demand: GpuDemand, chosen: tuple[GpuView, ...], ctx: Context
     ) -> float:
         return packing_tier(node, chosen, ctx) + 0.5 * chosen_fill_after(demand, chosen, ctx.limits)
+
+    def score_batch(
+        self, b: nb.GpuBatch, demand: GpuDemand, hold: nb.Bools, ctx: Context
+    ) -> nb.Floats:
+        slots = nb.best_fit_slots(b, hold, demand.count, ctx.limits)
+        busy = b.present & ~b.idle(ctx.limits)
+        only_busy = nb.picked(busy, slots).all(axis=0)
+        tier = np.where(only_busy, 2, np.where(busy.any(axis=0) | b.mig_busy, 1, 0))
+        return tier + 0.5 * nb.chosen_fill_after(b, demand, slots)
 
 
 def packing_tier(node: NodeView, chosen: Sequence[GpuView], ctx: Context) -> int:

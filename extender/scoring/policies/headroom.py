@@ -24,7 +24,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from extender.demand import GpuDemand
+from extender.scoring import batch as nb
 from extender.scoring.fit import unit_mib
+from extender.scoring.fragmentation import greedy_place
 from extender.scoring.model import GpuView, NodeView
 from extender.scoring.policies.fgd import State, node_state
 from extender.scoring.policy import Context, Shape, by_index, chosen_fill_after, node_fill_after
@@ -76,6 +78,16 @@ class Headroom:
             node, demand, chosen, lim
         )
         return -delta_gib + TIE * fill
+
+    def score_batch(
+        self, b: nb.GpuBatch, demand: GpuDemand, hold: nb.Bools, ctx: Context
+    ) -> nb.Floats:
+        slots, before, after = greedy_place(b, demand, hold, ctx.limits, ctx.mix,
+                                            tie_by_free=True)
+        fill = 0.5 * nb.chosen_fill_after(b, demand, slots) + 0.5 * nb.node_fill_after(
+            b, demand, slots
+        )
+        return -((after - before) / 1024) + TIE * fill
 
 
 def _taken(state: State, i: int, gpu: GpuView, demand: GpuDemand, ctx: Context) -> tuple[int, bool]:

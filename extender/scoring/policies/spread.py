@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from extender.demand import GpuDemand
+from extender.scoring import batch as nb
 from extender.scoring.model import GpuView, NodeView
 from extender.scoring.policy import Context, node_fill_after
 
@@ -28,3 +29,9 @@ class Spread:
         self, node: NodeView, demand: GpuDemand, chosen: tuple[GpuView, ...], ctx: Context
     ) -> float:
         return 1.0 - node_fill_after(node, demand, chosen, ctx.limits)
+
+    def score_batch(
+        self, b: nb.GpuBatch, demand: GpuDemand, hold: nb.Bools, ctx: Context
+    ) -> nb.Floats:
+        slots = nb.ordered_slots(-b.free(ctx.limits), hold, demand.count)
+        return 1.0 - nb.node_fill_after(b, demand, slots)
