@@ -137,6 +137,8 @@ def measure(
         t_filter, reply = timed(client, "/filter", first)
         second = body_for(pod(i, mem), passed(reply.json(), nodes), nodes)
         ours.append(t_filter + timed(client, "/prioritize", second)[0])
+        if shape == "churn":  # the floor under the same load: reports just processed
+            churn(client, drivers, names, rng)
         floor.append(timed(client, "/floor", first)[0] + timed(client, "/floor", second)[0])
     return {
         "p50": statistics.median(ours) * 1e3,

@@ -117,8 +117,10 @@ class Inventory:
                 changed = changed or facts != node.facts
                 node.facts = facts
             node.gpus, node.received_at = gpus, received_at
-            if changed:
+            if changed:  # the row now, not on the next filter: reports are off its path
                 self._touch(report.node)
+                self._write_row(report.node)
+                self._dirty.discard(report.node)
             else:
                 self._columns.set_received(report.node, received_at)
 
@@ -222,15 +224,18 @@ class Inventory:
         first (under the lock, so the sequence says exactly what the rows reflect)."""
         with self._lock:
             for name in self._dirty:
-                node = self._nodes.get(name)
-                view = self.view(name) if node is not None else None
-                if node is None or node.received_at is None or view is None:
-                    self._columns.drop(name)
-                else:
-                    usable = not (node.facts.disrupted or node.draining)
-                    self._columns.write(view, node.received_at, usable)
+                self._write_row(name)
             self._dirty.clear()
             return self._seq, self._columns
+
+    def _write_row(self, name: str) -> None:
+        node = self._nodes.get(name)
+        view = self.view(name) if node is not None else None
+        if node is None or node.received_at is None or view is None:
+            self._columns.drop(name)
+        else:
+            usable = not (node.facts.disrupted or node.draining)
+            self._columns.write(view, node.received_at, usable)
 
     def view(self, name: str) -> NodeView | None:
         """The node as scoring sees it, or None if no agent has reported for it."""

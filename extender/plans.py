@@ -73,6 +73,7 @@ class Plans:
     def __init__(self, capacity: int = 16) -> None:
         self._plans: OrderedDict[Hashable, Plan] = OrderedDict()
         self._capacity = capacity
+        self._last: dict[Hashable, Plan] = {}  # per shape, the plan used last
 
     def plan(
         self,
@@ -87,18 +88,65 @@ class Plans:
         key = (shape, len(names), hash(tuple(names)))
         plan = self._plans.get(key)
         if plan is None or plan.names != names or now > plan.fresh_until:
-            plan = Plan.of(names, seq, evaluate(names), stale_after)
+            parent = self._last.get(shape)
+            plan = None
+            if parent is not None and len(parent.names) > len(names) and self._current(
+                parent, now, seq, changed_since, evaluate, stale_after
+            ):
+                plan = _subset(parent, names)  # prioritize, after filter
+            if plan is None:
+                plan = Plan.of(names, seq, evaluate(names), stale_after)
             self._plans[key] = plan
             while len(self._plans) > self._capacity:
                 self._plans.popitem(last=False)
         else:
             self._plans.move_to_end(key)
-            changed = changed_since(plan.seq)
-            if changed is None:  # the change log no longer reaches back that far
+            if not self._current(plan, now, seq, changed_since, evaluate, stale_after):
                 plan = self._plans[key] = Plan.of(names, seq, evaluate(names), stale_after)
-            else:
-                _patch(plan, changed, seq, evaluate, stale_after)
+        if len(names) >= len(self._last.get(shape, plan).names):
+            self._last[shape] = plan
         return plan
+
+    @staticmethod
+    def _current(
+        plan: Plan,
+        now: float,
+        seq: int,
+        changed_since: Callable[[int], set[str] | None],
+        evaluate: EvaluateNames,
+        stale_after: float,
+    ) -> bool:
+        """Brings the plan up to date; False if it cannot be (it must be rebuilt)."""
+        if now > plan.fresh_until:
+            return False
+        changed = changed_since(plan.seq)
+        if changed is None:  # the change log no longer reaches back that far
+            return False
+        _patch(plan, changed, seq, evaluate, stale_after)
+        return True
+
+
+def _subset(parent: Plan, names: list[str]) -> Plan | None:
+    """The plan for some of the parent's candidates, taken from it (kube-scheduler
+    sends prioritize the nodes filter passed), or None if a name is not among them."""
+    if parent.index is None:
+        parent.index = {name: i for i, name in enumerate(parent.names)}
+    found = [parent.index.get(n, -1) for n in names]
+    if -1 in found:
+        return None
+    at = np.array(found, dtype=np.int64)
+    back = {p: i for i, p in enumerate(found)}
+    down = set(parent.unavailable.tolist())
+    return Plan(
+        names=list(names),
+        fits=parent.fits[at],
+        raw=parent.raw[at],
+        price=parent.price[at],
+        failures={back[p]: f for p, f in parent.failures.items() if p in back},
+        seq=parent.seq,
+        fresh_until=parent.fresh_until,
+        unavailable=np.array([i for i, p in enumerate(found) if p in down], dtype=np.int64),
+    )
 
 
 def _patch(
@@ -110,12 +158,11 @@ def _patch(
     if plan.index is None:
         plan.index = {name: i for i, name in enumerate(plan.names)}
     index = plan.index
-    redo = np.union1d(
-        np.fromiter((index[n] for n in changed if n in index), dtype=np.int64),
-        plan.unavailable,
-    )
-    if not redo.size:
+    positions = {index[n] for n in changed if n in index}
+    positions.update(plan.unavailable.tolist())
+    if not positions:
         return
+    redo = np.array(sorted(positions), dtype=np.int64)
     new = evaluate([plan.names[i] for i in redo.tolist()])
     failures = {int(redo[k]): f for k, f in new.failures.items()}
     if (
@@ -130,6 +177,6 @@ def _patch(
         plan.failures.pop(i, None)
     plan.failures.update(failures)
     down = np.isnan(new.received)
-    plan.unavailable = np.union1d(np.setdiff1d(plan.unavailable, redo), redo[down])
+    plan.unavailable = redo[down]  # every position unavailable before was in redo
     if (~down).any():
         plan.fresh_until = min(plan.fresh_until, float(new.received[~down].min()) + stale_after)

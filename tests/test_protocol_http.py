@@ -140,15 +140,19 @@ def test_bodies_captured_from_the_real_kube_scheduler_decode(ext: Extender) -> N
 
 
 def test_nodes_mode_sees_a_changed_node_object(ext: Extender) -> None:
-    """Unchanged Node objects are not re-decoded, but a changed one (new taint) is."""
+    """Unchanged Node objects are not re-decoded, but a changed one (new taint) is. As
+    from the API server, every change comes with a new resourceVersion."""
     pod = gpu_pod("p-taint", memory="4Gi")
     plain = real_node("n-spot")
+    plain["metadata"]["resourceVersion"] = "1001"
     first = ext.post("filter", nodes_mode(pod, [plain])).json()
     assert first["Nodes"]["items"] == [plain]
     tainted = real_node("n-spot", taints=[{"key": "karpenter.sh/disrupted",
                                            "effect": "NoSchedule"}])
+    tainted["metadata"]["resourceVersion"] = "1002"
     second = ext.post("filter", nodes_mode(pod, [tainted])).json()
     assert second["Nodes"]["items"] == []
     assert "disrupted" in second["FailedAndUnresolvableNodes"]["n-spot"]
+    plain["metadata"]["resourceVersion"] = "1003"
     third = ext.post("filter", nodes_mode(pod, [plain])).json()
     assert third["Nodes"]["items"] == [plain]  # the taint went away again

@@ -94,7 +94,7 @@ def _value(total: Ints, terms: _Terms, shapes: _Shapes) -> Floats:
 def _trial(free: Ints, new_free: Ints, terms: _Terms, shapes: _Shapes) -> Floats:
     """F per slot and node, if that slot alone went to ``new_free`` and busy."""
     total = free.sum(axis=0) - free + new_free
-    per_mem = {}
+    per_mem: dict[int | None, tuple[Ints, Ints]] = {}
     for mem, (host, hosting, hosted) in terms.items():
         kept = free * host
         if mem is None:  # a busy GPU never hosts a whole-GPU shape

@@ -78,8 +78,11 @@ def evaluate_batch(
     hold = batch.can_hold(demand, ctx.limits)
     fits = allowed & (hold.sum(axis=0) >= demand.count)
     raw = np.zeros(len(batch))
-    if fits.any():
-        raw[fits] = policy.score_batch(batch.take(fits), demand, hold[:, np.flatnonzero(fits)], ctx)
+    if fits.all():
+        raw = policy.score_batch(batch, demand, hold, ctx)
+    elif fits.any():
+        at = np.flatnonzero(fits)
+        raw[at] = policy.score_batch(batch.take(at), demand, hold.take(at, axis=1), ctx)
     return fits, raw
 
 

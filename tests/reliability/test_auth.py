@@ -227,7 +227,10 @@ def test_node_count_and_name_bounds(tmp_path: Path, api: FakeApiServer) -> None:
             r = c.post(f"/{verb}", json={"Pod": pod, "NodeNames": [f"n{i}" for i in range(11)]})
             assert r.status_code == 413 and "more than the limit of 10" in r.json()["Error"]
             r = c.post(f"/{verb}", json={"Pod": pod, "NodeNames": ["x" * 254]})
-            assert r.status_code == 400 and "1..253" in r.json()["Error"]
+            assert r.status_code == 400 and "length <= 253" in r.json()["Error"]
+            assert "NodeNames[0]" in r.json()["Error"]
+            r = c.post(f"/{verb}", json={"Pod": pod, "NodeNames": ["n1", ""]})
+            assert r.status_code == 400 and "NodeNames[1]" in r.json()["Error"]
         r = c.post("/preempt", json={"Pod": pod, "NodeNameToMetaVictims": {
             f"n{i}": {"Pods": []} for i in range(11)}})
         assert r.status_code == 413
