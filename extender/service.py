@@ -63,6 +63,7 @@ from extender.scoring.framework import (
 )
 from extender.scoring.model import GpuView, NodeView
 from extender.scoring.narrowing import narrow_mask
+from extender.throttle import DiscrepancyThrottle
 from extender.usage import Discrepancy, discrepancies, observations
 from extender.workload import WorkloadMix
 
@@ -122,6 +123,7 @@ class SchedulingService:
         ]
         self.pod_lookup: Callable[[str], Pod | None] = lambda uid: None
         self.writer = LedgerWriter(ledger)
+        self.findings = DiscrepancyThrottle()
         self.dra: DraState | None = None  # set when watching a cluster
         self._recorded_nodes: dict[str, tuple[object, ...]] = {}
 
@@ -574,7 +576,7 @@ class SchedulingService:
         self.inventory.apply_report(report, now)
         grants = self.inventory.grants_on_node(report.node)
         obs = observations(report)
-        found = discrepancies(report, grants)
+        found = self.findings.due(discrepancies(report, grants), now)
         node_record = self._node_record(report.node)
         self.writer.submit(lambda ledger: _write_report(ledger, now, obs, found, node_record))
         return ReportResponse(
