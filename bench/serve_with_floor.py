@@ -12,6 +12,7 @@ from fastapi.responses import Response
 
 from extender.app import build
 from extender.logs import setup_logging
+from extender.runtime import tune_runtime
 from extender.settings import Settings
 
 
@@ -25,6 +26,7 @@ def main() -> None:
         await request.body()
         return Response(b"{}", media_type="application/json")
 
+    tune_runtime()  # as ``headroom serve`` does before serving
     uvicorn.run(built.app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
 

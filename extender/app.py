@@ -22,9 +22,9 @@ from extender.kube.client import api_client
 from extender.kube.events import EventRecorder
 from extender.kube.sync import ClusterSync
 from extender.ledger import open_ledger
-from extender.memtune import tune_malloc
 from extender.metrics import attach_ledger
 from extender.pricing import load_pricebook
+from extender.runtime import tune_runtime
 from extender.scoring import Limits, Weights, policy_by_name
 from extender.server import create_app
 from extender.service import SchedulingService, ServiceConfig
@@ -45,7 +45,6 @@ class Built:
 
 def build(settings: Settings, clock: Clock | None = None, binder: Binder | None = None) -> Built:
     """Standalone (in-process binder) unless a kubeconfig or in-cluster config is set."""
-    tune_malloc()
     clock = clock or SystemClock()
     api = None
     if settings.kubeconfig or settings.in_cluster:
@@ -129,6 +128,7 @@ async def serve(built: Built, settings: Settings) -> None:
     manifests, so the pod may start before cert-manager has issued one) and then
     reloads them whenever they change. SIGTERM/SIGINT stop both listeners.
     """
+    tune_runtime()
     plain = _Server(_config(built.app, settings, settings.port))
     servers = [plain]
     stop = threading.Event()

@@ -14,6 +14,8 @@ import threading
 from collections import defaultdict, deque
 from dataclasses import dataclass
 
+import msgspec
+
 from extender.columns import NodeColumns
 from extender.nodefacts import NodeFacts, facts_from_labels
 from extender.pricing import NodePrice, PriceBook
@@ -21,8 +23,7 @@ from extender.reports import GpuReport, NodeReport, PodGrant
 from extender.scoring.model import GpuView, NodeView
 
 
-@dataclass(frozen=True, slots=True)
-class MeasuredGpu:
+class MeasuredGpu(msgspec.Struct, frozen=True, gc=False):  # one per GPU: see scoring.model
     uuid: str
     index: int
     model: str

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import msgspec
 
 from extender.protocol import Node
 
@@ -16,8 +16,7 @@ GPU_NAME = "karpenter.k8s.aws/instance-gpu-name"
 DISRUPTED_TAINT = "karpenter.sh/disrupted"
 
 
-@dataclass(frozen=True, slots=True)
-class NodeFacts:
+class NodeFacts(msgspec.Struct, frozen=True, gc=False):  # one per node: see scoring.model
     name: str
     capacity_type: str = ""  # spot | on-demand | reserved | "" unknown
     instance_type: str = ""
@@ -54,7 +53,7 @@ def facts_from_node(node: Node) -> NodeFacts:
         taints,
         deleting=node.metadata.deletionTimestamp is not None,
     )
-    return replace(facts, unschedulable=True) if node.spec.unschedulable else facts
+    return msgspec.structs.replace(facts, unschedulable=True) if node.spec.unschedulable else facts
 
 
 def _int(text: str | None) -> int:
