@@ -5,6 +5,10 @@ the floor (a trivial endpoint on the same server receiving the same bodies).
     .venv/bin/python bench/latency.py [--sizes 100,1000,5000] [--requests 200] \
         [--out docs/bench-latency.md]
 
+The floor reads the same request body and answers with a prepared body of the same size
+as the reply it is compared with (in Nodes mode the filter must send the passing Node
+objects back, megabytes at 5,000 nodes: transport, not evaluation).
+
 "warm": every pod has the same shape and nothing changed in between (replicas in a row);
 "churn": the same shape, but 1% of the nodes reported changed usage before each pod (the
 realistic case: only those are re-evaluated); "cold": every pod a new memory ask (every
@@ -108,9 +112,12 @@ def churn(client: httpx.Client, drivers: dict[str, SimulatedDriver], names: list
         send_report(client, d, name, "spot" if int(name[-5:]) % 2 else "on-demand")
 
 
-def timed(client: httpx.Client, path: str, body: bytes) -> tuple[float, httpx.Response]:
+def timed(
+    client: httpx.Client, path: str, body: bytes, reply_bytes: int = 2
+) -> tuple[float, httpx.Response]:
+    headers = {**JSON, "X-Reply-Bytes": str(reply_bytes)}
     t = time.perf_counter()
-    r = client.post(path, content=body, headers=JSON)
+    r = client.post(path, content=body, headers=headers)
     elapsed = time.perf_counter() - t
     r.raise_for_status()
     return elapsed, r
@@ -136,10 +143,14 @@ def measure(
         first = body_for(pod(i, mem), names, nodes)
         t_filter, reply = timed(client, "/filter", first)
         second = body_for(pod(i, mem), passed(reply.json(), nodes), nodes)
-        ours.append(t_filter + timed(client, "/prioritize", second)[0])
+        t_prioritize, scores = timed(client, "/prioritize", second)
+        ours.append(t_filter + t_prioritize)
         if shape == "churn":  # the floor under the same load: reports just processed
             churn(client, drivers, names, rng)
-        floor.append(timed(client, "/floor", first)[0] + timed(client, "/floor", second)[0])
+        floor.append(
+            timed(client, "/floor", first, len(reply.content))[0]
+            + timed(client, "/floor", second, len(scores.content))[0]
+        )
     return {
         "p50": statistics.median(ours) * 1e3,
         "p99": _p99(ours) * 1e3,

@@ -1,6 +1,6 @@
 """The extender as ``headroom serve`` runs it, plus ``POST /floor``: a trivial endpoint on
-the same server that reads the same body and answers ``{}`` -- the latency floor that
-filter/prioritize are compared against. Benchmark use only."""
+the same server that reads the same body and answers without computing anything -- the
+latency floor that filter/prioritize are compared against. Benchmark use only."""
 
 from __future__ import annotations
 
@@ -21,10 +21,17 @@ def main() -> None:
     setup_logging("error")  # the simulated agents' pods have no grants: leak warnings galore
     built = build(Settings(db=db, allow_unauthenticated_reports=True, stale_after=3600))
 
+    replies: dict[int, bytes] = {}
+
     @built.app.post("/floor")
     async def floor(request: Request) -> Response:
+        """Reads the body; answers ``{}``, or with ``X-Reply-Bytes: N`` a prepared JSON
+        string of N bytes (the same transport back as the reply it is compared with)."""
         await request.body()
-        return Response(b"{}", media_type="application/json")
+        size = int(request.headers.get("x-reply-bytes", "2"))
+        if size not in replies:
+            replies[size] = b"{}" if size <= 2 else b'"' + b"x" * (size - 2) + b'"'
+        return Response(replies[size], media_type="application/json")
 
     tune_runtime()  # as ``headroom serve`` does before serving
     uvicorn.run(built.app, host="127.0.0.1", port=port, log_level="warning", access_log=False)

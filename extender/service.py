@@ -575,10 +575,14 @@ class SchedulingService:
         now = self.clock.now()
         self.inventory.apply_report(report, now)
         grants = self.inventory.grants_on_node(report.node)
-        obs = observations(report)
+        # usage is folded into the rows of granted (pod, GPU) pairs only: anything else
+        # is a leak, found below, and a write for it would change nothing
+        granted = {(g.pod_uid, g.gpu_uuid) for g in grants}
+        obs = [o for o in observations(report) if (o.pod_uid, o.gpu_uuid) in granted]
         found = self.findings.due(discrepancies(report, grants), now)
         node_record = self._node_record(report.node)
-        self.writer.submit(lambda ledger: _write_report(ledger, now, obs, found, node_record))
+        if obs or found or node_record is not None:
+            self.writer.submit(lambda ledger: _write_report(ledger, now, obs, found, node_record))
         return ReportResponse(
             accepted=True,
             node=report.node,
