@@ -135,9 +135,8 @@ class NodeColumns:
     def available(self, rows: Ints, now: float, stale_after: float) -> Bools:
         """Reported, fresh and schedulable: the same test, in the same arithmetic, as the
         per-node ``now - received_at > stale_after``."""
-        received = np.where(rows >= 0, self.received[rows], np.nan)
         with np.errstate(invalid="ignore"):
-            return (now - received) <= stale_after
+            return (now - self.received_at(rows)) <= stale_after
 
     def received_at(self, rows: Ints) -> Floats:
         return np.where(rows >= 0, self.received[rows], np.nan)

@@ -220,14 +220,13 @@ class Inventory:
         node = self._nodes.get(name)
         return node.price if node else None
 
-    def columns(self) -> tuple[int, NodeColumns]:
-        """The change sequence and every node as arrays, changed nodes' rows rewritten
-        first (under the lock, so the sequence says exactly what the rows reflect)."""
+    def columns(self) -> NodeColumns:
+        """Every node as arrays, changed nodes' rows rewritten first."""
         with self._lock:
             for name in self._dirty:
                 self._write_row(name)
             self._dirty.clear()
-            return self._seq, self._columns
+            return self._columns
 
     def _write_row(self, name: str) -> None:
         node = self._nodes.get(name)

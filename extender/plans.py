@@ -51,8 +51,14 @@ class Plan:
     seq: int  # inventory change sequence the entries reflect
     fresh_until: float  # until then no available entry can have gone stale
     unavailable: Ints  # positions to re-check on every use
-    index: dict[str, int] | None = None  # name -> position, built on first patch
+    index: dict[str, int] | None = None  # name -> position: see positions()
     derived: dict[str, object] = field(default_factory=dict)
+
+    def positions(self) -> dict[str, int]:
+        """Name -> position, built on first use (a cold plan may never need it)."""
+        if self.index is None:
+            self.index = {name: i for i, name in enumerate(self.names)}
+        return self.index
 
     @staticmethod
     def of(names: list[str], seq: int, outcome: Outcome, stale_after: float) -> Plan:
@@ -129,9 +135,8 @@ class Plans:
 def _subset(parent: Plan, names: list[str]) -> Plan | None:
     """The plan for some of the parent's candidates, taken from it (kube-scheduler
     sends prioritize the nodes filter passed), or None if a name is not among them."""
-    if parent.index is None:
-        parent.index = {name: i for i, name in enumerate(parent.names)}
-    found = [parent.index.get(n, -1) for n in names]
+    index = parent.positions()
+    found = [index.get(n, -1) for n in names]
     if -1 in found:
         return None
     at = np.array(found, dtype=np.int64)
@@ -155,9 +160,7 @@ def _patch(
     plan.seq = seq
     if not changed and not plan.unavailable.size:
         return
-    if plan.index is None:
-        plan.index = {name: i for i, name in enumerate(plan.names)}
-    index = plan.index
+    index = plan.positions()
     positions = {index[n] for n in changed if n in index}
     positions.update(plan.unavailable.tolist())
     if not positions:

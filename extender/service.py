@@ -253,24 +253,26 @@ class SchedulingService:
     def _evaluate_names(self, names: list[str], demand: GpuDemand, now: float) -> Outcome:
         """Every named node at once from the inventory's columns (MIG demands node by
         node); the nodes that do not fit are then asked, one by one, why not."""
-        _, cols = self.inventory.columns()
+        cols = self.inventory.columns()
         rows = cols.rows(names)
         ok = cols.available(rows, now, self.config.stale_after)
         fits, raw = np.zeros(len(names), dtype=bool), np.zeros(len(names))
+        failures: dict[int, Failure] = {}
         ctx = self._context()
         if demand.mig_profile:
             for i in np.flatnonzero(ok).tolist():
                 view = self.inventory.view(names[i])
                 ev = evaluate(view, demand, self.policy, ctx) if view else Evaluation(False)
                 fits[i], raw[i] = ev.fits, ev.raw
+                if ev.reason:
+                    failures[i] = (ev.reason, ev.unresolvable)
         elif ok.any():
             fits[ok], raw[ok] = evaluate_batch(
                 cols.batch(rows[ok], ctx.limits), demand, self.policy, ctx
             )
-        failures = {
-            i: self._failure(names[i], bool(ok[i]), demand, ctx, now)
-            for i in np.flatnonzero(~fits).tolist()
-        }
+        for i in np.flatnonzero(~fits).tolist():
+            if i not in failures:
+                failures[i] = self._failure(names[i], bool(ok[i]), demand, ctx, now)
         nan = np.full(len(names), np.nan)
         return Outcome(fits, raw, np.where(ok, cols.prices(rows), nan),
                        np.where(ok, cols.received_at(rows), nan), failures)

@@ -27,12 +27,6 @@ def initial_state(b: GpuBatch, lim: Limits) -> tuple[Ints, Bools]:
     return np.where(b.present, np.maximum(b.free(lim), 0), 0), b.idle(lim)
 
 
-def fragmentation(free: Ints, idle: Bools, present: Bools, mix: Mix) -> Floats:
-    """F per node."""
-    shapes = _plain(mix)
-    return _value(free.sum(axis=0), _terms(free, idle, present, shapes), shapes)
-
-
 def greedy_place(
     b: GpuBatch, demand: GpuDemand, hold: Bools, lim: Limits, mix: Mix, tie_by_free: bool
 ) -> tuple[Ints, Floats, Floats]:
