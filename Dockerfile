@@ -38,7 +38,8 @@ ENV PATH=/opt/headroom/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     HOME=/tmp \
-    MPLCONFIGDIR=/tmp/matplotlib
+    MPLCONFIGDIR=/tmp/matplotlib \
+    NUMBA_CACHE_DIR=/tmp/numba
 # 65532: the conventional "nonroot" uid/gid; numeric, so Kubernetes' runAsNonRoot can
 # check it without a passwd entry.
 USER 65532:65532

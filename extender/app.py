@@ -26,6 +26,7 @@ from extender.metrics import attach_ledger
 from extender.pricing import load_pricebook
 from extender.runtime import tune_runtime
 from extender.scoring import Limits, Weights, policy_by_name
+from extender.scoring.compiled import warm_up
 from extender.server import create_app
 from extender.service import SchedulingService, ServiceConfig
 from extender.settings import Settings
@@ -67,6 +68,7 @@ def build(settings: Settings, clock: Clock | None = None, binder: Binder | None 
         config,
     )
     service.rebuild()
+    warm_up()  # the compiled scoring kernels, before the first request needs them
     attach_ledger(lambda: service.ledger, clock)
     sync = None
     if api is not None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from extender.namelists import names_key, same_names
 from extender.scoring.batch import Bools, Floats, Ints
 
 # (reason, unresolvable) for a candidate that does not fit
@@ -52,6 +53,7 @@ class Plan:
     fresh_until: float  # until then no available entry can have gone stale
     unavailable: Ints  # positions to re-check on every use
     index: dict[str, int] | None = None  # name -> position: see positions()
+    passed: list[int] | None = None  # positions the filter passed: prioritize's likely ask
     derived: dict[str, object] = field(default_factory=dict)
 
     def positions(self) -> dict[str, int]:
@@ -64,7 +66,7 @@ class Plan:
     def of(names: list[str], seq: int, outcome: Outcome, stale_after: float) -> Plan:
         received = outcome.received[~np.isnan(outcome.received)]
         return Plan(
-            names=list(names),
+            names=names,
             fits=outcome.fits,
             raw=outcome.raw,
             price=outcome.price,
@@ -91,9 +93,9 @@ class Plans:
         evaluate: EvaluateNames,
         stale_after: float,
     ) -> Plan:
-        key = (shape, len(names), hash(tuple(names)))
+        key = (shape, names_key(names))
         plan = self._plans.get(key)
-        if plan is None or plan.names != names or now > plan.fresh_until:
+        if plan is None or not same_names(plan.names, names) or now > plan.fresh_until:
             parent = self._last.get(shape)
             plan = None
             if parent is not None and len(parent.names) > len(names) and self._current(
@@ -135,10 +137,14 @@ class Plans:
 def _subset(parent: Plan, names: list[str]) -> Plan | None:
     """The plan for some of the parent's candidates, taken from it (kube-scheduler
     sends prioritize the nodes filter passed), or None if a name is not among them."""
-    index = parent.positions()
-    found = [index.get(n, -1) for n in names]
-    if -1 in found:
-        return None
+    found = parent.passed
+    if found is None or len(found) != len(names) or any(
+        parent.names[p] != n for p, n in zip(found, names, strict=True)
+    ):  # not the filter's passing set: look the names up (building the index once)
+        index = parent.positions()
+        found = [index.get(n, -1) for n in names]
+        if -1 in found:
+            return None
     at = np.array(found, dtype=np.int64)
     back = {p: i for i, p in enumerate(found)}
     down = set(parent.unavailable.tolist())

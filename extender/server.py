@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 from fastapi import Depends, FastAPI, HTTPException, Request
@@ -29,6 +29,7 @@ from extender.allocation import LedgerUnavailable
 from extender.audit import audit_router
 from extender.auth import Authenticator, TokenFile, bearer
 from extender.metrics import metrics_response
+from extender.namelists import ArgsDecoder
 from extender.protocol import (
     ExtenderArgs,
     ExtenderBindingArgs,
@@ -37,7 +38,6 @@ from extender.protocol import (
     ExtenderPreemptionArgs,
     ExtenderPreemptionResult,
     HostPriority,
-    args_decoder,
     binding_decoder,
     encode_filter_result,
     encoder,
@@ -108,7 +108,13 @@ class BodyLimit:
         await self.app(scope, counted, send)
 
 
-def safe_decode(decoder: msgspec.json.Decoder, body: bytes) -> Any:
+class Decoder(Protocol):
+    """A msgspec decoder, or one that wraps it (``ArgsDecoder``)."""
+
+    def decode(self, body: bytes, /) -> Any: ...
+
+
+def safe_decode(decoder: Decoder, body: bytes) -> Any:
     """``decoder.decode`` that answers 400 for nesting deep enough to exhaust the stack
     (msgspec raises RecursionError while skipping deeply nested unknown fields)."""
     try:
@@ -228,7 +234,9 @@ def create_app(
         log.error("ledger unavailable", extra={"error": str(e)[:300]})
         return _error(503, f"ledger unavailable: {e}")
 
-    async def decode(request: Request, decoder: msgspec.json.Decoder, limit: int) -> object:
+    args_decoder = ArgsDecoder()  # candidate lists decoded once, then recognised by bytes
+
+    async def decode(request: Request, decoder: Decoder, limit: int) -> object:
         return safe_decode(decoder, await read_body(request, limit))
 
     @app.post("/filter", summary="kube-scheduler extender filter",

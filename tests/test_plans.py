@@ -15,14 +15,16 @@ from extender.binder import InProcessBinder
 from extender.clock import ManualClock
 from extender.inventory import Inventory
 from extender.ledger import open_ledger
+from extender.namelists import ArgsDecoder
 from extender.nodefacts import facts_from_labels
 from extender.plans import Plans
 from extender.pricing import load_pricebook
-from extender.protocol import ExtenderBindingArgs, args_decoder, encoder
+from extender.protocol import ExtenderBindingArgs, encoder
 from extender.scoring import policy_by_name
 from extender.service import SchedulingService, ServiceConfig
 
 NODES = [f"n{i}" for i in range(6)]
+DECODER = ArgsDecoder()
 SHAPES = ["4Gi", "12Gi", None]
 
 op = st.one_of(
@@ -47,8 +49,8 @@ def replies(svc: SchedulingService, shape: str | None, fresh: bool = False) -> l
     """filter, then prioritize with the nodes filter passed (as kube-scheduler does),
     with every node, and with some of them; ``fresh``: each from an empty plan cache."""
 
-    def ask(names: list[str]) -> object:
-        return args_decoder.decode(msgspec.json.encode({"Pod": pod(f"q-{shape}", shape),
+    def ask(names: list[str]) -> object:  # as the server decodes: lists interned
+        return DECODER.decode(msgspec.json.encode({"Pod": pod(f"q-{shape}", shape),
                                                         "NodeNames": names}))
 
     out = []
@@ -103,7 +105,7 @@ def test_plans_match_a_fresh_evaluation(tmp_path: Path, ops: list[tuple]) -> Non
         elif kind == "bind":
             uid = f"p{c}"
             replies(svc, SHAPES[b])  # filter first, as kube-scheduler does
-            args = args_decoder.decode(msgspec.json.encode({"Pod": pod(uid, SHAPES[b]),
+            args = DECODER.decode(msgspec.json.encode({"Pod": pod(uid, SHAPES[b]),
                                                             "NodeNames": NODES}))
             svc.filter(args)
             if not svc.bind(ExtenderBindingArgs(uid, "t", uid, NODES[a])).Error:

@@ -17,7 +17,8 @@ import numpy.typing as npt
 from extender.demand import CapacityPref, GpuDemand
 from extender.protocol import MAX_PRIORITY
 from extender.scoring.batch import GpuBatch, Ints
-from extender.scoring.cost import Floats, cost_array
+from extender.scoring.compiled import kernel, warms
+from extender.scoring.cost import Floats, cost_of
 from extender.scoring.fit import fitting_gpus, shortfall_reason
 from extender.scoring.model import GpuView, NodeView
 from extender.scoring.policy import Context, Policy
@@ -101,16 +102,34 @@ def _never_fits(node: NodeView, demand: GpuDemand, ctx: Context) -> bool:
 def blended_array(raw: Floats, fits: Bools, prices: Floats, weights: Weights) -> Floats:
     """b(n) in 0..1 for each node (NaN where it does not fit): the policy's raw score
     min-max normalised over the fitting nodes (all 1 when equal), blended with the cost
-    term by the weights. Arrays, because the filter does this for every candidate."""
-    out = np.full(raw.shape, np.nan)
-    if not fits.any():
+    term (``cost.cost_of`` over the fitting nodes) by the weights. Compiled: the
+    filter does this for every candidate, and again after every report round."""
+    return _blend(raw, fits, prices, float(weights.policy), float(weights.cost))
+
+
+@kernel
+def _blend(raw, fits, prices, w_policy, w_cost):  # numba infers the types
+    out = np.full(raw.shape[0], np.nan)
+    lo, hi, p_lo, p_hi, any_fit = np.inf, -np.inf, np.inf, -np.inf, False
+    for i in range(raw.shape[0]):
+        if fits[i]:
+            any_fit = True
+            lo, hi = min(lo, raw[i]), max(hi, raw[i])
+            if not np.isnan(prices[i]):
+                p_lo, p_hi = min(p_lo, prices[i]), max(p_hi, prices[i])
+    if not any_fit:
         return out
-    r = raw[fits]
-    lo, hi = r.min(), r.max()
-    pol = (r - lo) / (hi - lo) if hi > lo else np.ones_like(r)
-    cost = cost_array(prices[fits])
-    out[fits] = (weights.policy * pol + weights.cost * cost) / (weights.policy + weights.cost)
+    for i in range(raw.shape[0]):
+        if fits[i]:
+            policy = (raw[i] - lo) / (hi - lo) if hi > lo else 1.0
+            cost = cost_of(prices[i], p_lo, p_hi)
+            out[i] = (w_policy * policy + w_cost * cost) / (w_policy + w_cost)
     return out
+
+
+@warms
+def _warm_up() -> None:
+    blended_array(np.zeros(1), np.ones(1, dtype=bool), np.zeros(1), Weights())
 
 
 def as_arrays(

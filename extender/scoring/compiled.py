@@ -1,0 +1,41 @@
+"""numba, the one way this project compiles a kernel.
+
+Two computations run over every candidate node for every pod: FGD's trial placements
+(``fragmentation``) and the blend of policy score and cost (``framework``). As NumPy
+they were dozens of array passes and calls each, most of a request's time at 5,000
+nodes and as much again for the 50 nodes a round of agent reports changes. Compiled,
+each is one loop. Kernels keep IEEE arithmetic in source order (numba's default, no
+fast-math), so they give the per-node reference's results bit for bit (tests compare).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from numba import njit
+
+_warm_ups: list[Callable[[], object]] = []
+
+
+def kernel(fn: Callable[..., Any]) -> Any:
+    """Compiled without the GIL, cached on disk when a cache directory is writable
+    (in-tree ``__pycache__``, else ``NUMBA_CACHE_DIR`` or ~/.cache); else compiled at
+    start-up (~1 s instead of ~0.1 s). Inlined into the kernels that call it (numba IR
+    inlining: ~25% faster for the small helpers of the FGD loop)."""
+    try:
+        return njit(fn, cache=True, nogil=True, inline="always")
+    except RuntimeError:  # numba: "no locator available" (read-only install, no cache dir)
+        return njit(fn, nogil=True, inline="always")
+
+
+def warms(call: Callable[[], object]) -> Callable[[], object]:
+    """Registers a call that compiles a kernel for the types requests use."""
+    _warm_ups.append(call)
+    return call
+
+
+def warm_up() -> None:
+    """Compile (or load from cache) every kernel before the first request would."""
+    for call in _warm_ups:
+        call()
