@@ -26,6 +26,7 @@ from typing import cast
 
 import msgspec
 
+from extender.namelists import NameList, names_key
 from extender.nodefacts import NodeFacts, facts_from_node
 from extender.protocol import node_decoder
 
@@ -42,16 +43,26 @@ class NodeObjectCache:
         self._applied: dict[str, Entry] = {}  # node name -> the object applied last
         self._apply = apply
         self._capacity = capacity
+        # the last list: its entries and names, valid while nothing else was applied
+        self._last: tuple[list[Entry], NameList] | None = None
 
     def names(self, raws: list[msgspec.Raw]) -> list[str]:
         """Every node's name; all items are read before any facts are applied, so a bad
-        item (msgspec.ValidationError) leaves no partial state behind."""
+        item (msgspec.ValidationError) leaves no partial state behind. The very objects
+        of the last call give the very same list back (a ``NameList``: the plan and row
+        caches then know it by identity)."""
         heads = [bytes(memoryview(raw)[:HEAD]) for raw in raws]
         found = list(map(self._entries.get, heads))
-        if None in found:  # new objects, or ones without an identifying head
+        last, self._last = self._last, None
+        if last is not None and found == last[0]:  # compared by identity per item: fast
+            self._last = last
+            return last[1]
+        complete = None not in found
+        if not complete:  # new objects, or ones without an identifying head
             for i, entry in enumerate(found):
                 if entry is None:
                     found[i] = self._by_hash(bytes(raws[i]))
+            complete = all(self._entries.get(h) is e for h, e in zip(heads, found, strict=True))
         entries = cast(list[Entry], found)
         names = [name for name, _, _ in entries]
         if "" in names:
@@ -61,7 +72,10 @@ class NodeObjectCache:
             if applied.get(entry[0]) is not entry:
                 self._apply(entry[2])
                 applied[entry[0]] = entry
-        return names
+        listed = NameList(names, names_key(names))
+        if complete:  # every object now known by its head: the next call can compare them
+            self._last = (entries, listed)
+        return listed
 
     def _by_hash(self, data: bytes) -> Entry:
         key = hash(data)
@@ -76,6 +90,7 @@ class NodeObjectCache:
         if len(self._entries) >= self._capacity:
             self._entries.clear()
             self._applied.clear()
+            self._last = None
         entry: Entry = (name, msgspec.json.encode(name), facts_from_node(node))
         head = data[:HEAD]
         identified = identifying_head(head, name, node.metadata.resourceVersion)

@@ -121,3 +121,18 @@ def test_a_node_without_a_name_is_refused_before_anything_is_applied() -> None:
     with pytest.raises(msgspec.ValidationError, match=r"items\[1\] has no metadata.name"):
         cache.names(raws(node("n0"), nameless))
     assert seen.applied == []
+
+
+def test_the_same_objects_again_give_the_same_list_and_apply_nothing() -> None:
+    seen = Recorder()
+    cache = NodeObjectCache(seen)
+    a, b = node("a"), node("b", capacity="on-demand")
+    first = cache.names(raws(a, b))
+    assert cache.names(raws(a, b)) is first  # the plan cache then knows it by identity
+    assert len(seen.applied) == 2
+    b2 = node("b", rv="101", capacity="spot")
+    assert cache.names(raws(a, b2)) == ["a", "b"]
+    assert seen.applied[-1].capacity_type == "spot"
+    again = cache.names(raws(a, b))  # b's older object: its facts are applied again
+    assert again == ["a", "b"] and again is not first
+    assert seen.applied[-1].capacity_type == "on-demand" and len(seen.applied) == 4
