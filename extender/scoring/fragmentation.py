@@ -95,6 +95,16 @@ def _greedy(free0, idle0, present, hold, unit, headroom, counts, mems, shares, c
             for j in range(n_slots):
                 if not cand[j]:
                     continue
+                # an earlier candidate in the same state gives the same F and wins the
+                # tie (same headroom, lower index): an empty node needs one trial, not 8
+                alike = False
+                for i in range(j):
+                    if (cand[i] and free[i] == free[j] and idle[i] == idle[j]
+                            and unit[i, n] == unit[j, n] and headroom[i, n] == headroom[j, n]):
+                        alike = True
+                        break
+                if alike:
+                    continue
                 f = _trial(j, free, idle, present[j, n], unit[j, n], total, hosting, hosted,
                            counts, mems, shares)
                 if f < best or (f == best and tie_by_free and headroom[j, n] < headroom[pick, n]):
