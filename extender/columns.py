@@ -136,9 +136,9 @@ class NodeColumns:
 
     def available(self, rows: Ints, now: float, stale_after: float) -> Bools:
         """Reported, fresh and schedulable: the same test, in the same arithmetic, as the
-        per-node ``now - received_at > stale_after``."""
-        with np.errstate(invalid="ignore"):
-            return (now - self.received_at(rows)) <= stale_after
+        per-node ``now - received_at > stale_after`` (NaN, never reported, compares
+        False without a warning)."""
+        return (now - self.received_at(rows)) <= stale_after
 
     def received_at(self, rows: Ints) -> Floats:
         return np.where(rows >= 0, self.received[rows], np.nan)

@@ -7,7 +7,7 @@ import numba
 import numpy as np
 import pytest
 
-from extender.scoring import compiled, fragmentation
+from extender.scoring import batch, compiled, fragmentation
 
 
 def test_without_a_writable_cache_it_compiles_in_memory(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -38,14 +38,14 @@ def test_after_warm_up_requests_compile_nothing_more() -> None:
     from extender.scoring.model import GpuView, NodeView
 
     compiled.warm_up()
-    kernels = [fragmentation._greedy, _blend]
+    kernels = [fragmentation._greedy, _blend, batch._chosen_fill, batch._node_fill]
     before = [len(k.signatures) for k in kernels]
     lim = Limits()
     nodes = [NodeView(f"n{i}", tuple(GpuView(f"g{i}{j}", j, "A10G", 24_576, 1000 * i * j)
                                      for j in range(4)), "spot") for i in range(5)]
-    batch = GpuBatch.from_views(nodes, lim)
+    rows = GpuBatch.from_views(nodes, lim)
     for demand in (GpuDemand(1, 4096), GpuDemand(2, None), GpuDemand(3, 20_000)):
-        for policy in ("headroom", "fgd"):
-            fits, raw = evaluate_batch(batch, demand, policy_by_name(policy), Context(lim))
+        for policy in ("headroom", "fgd", "binpack", "spread"):
+            fits, raw = evaluate_batch(rows, demand, policy_by_name(policy), Context(lim))
             blended_array(raw, fits, np.full(len(raw), 0.01), Weights(2, 1))
     assert [len(k.signatures) for k in kernels] == before

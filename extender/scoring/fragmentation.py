@@ -17,23 +17,18 @@ keeps IEEE arithmetic in the same order (no fast-math), so results stay bit-exac
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
 
 from extender.demand import GpuDemand
-from extender.scoring.batch import Bools, Floats, GpuBatch, Ints
+from extender.scoring.batch import WHOLE, Bools, Floats, GpuBatch, Ints, ask_of
 from extender.scoring.compiled import kernel, warms
 from extender.scoring.model import Limits
 from extender.scoring.policy import Shape
 
 Mix = Sequence[tuple[Shape, float]]
-WHOLE = -1  # mix memory of a whole-GPU shape (hosted by idle GPUs)
-
-
-def initial_state(b: GpuBatch, lim: Limits) -> tuple[Ints, Bools]:
-    """``fgd.node_state`` for every row: clamped headroom and idleness per slot."""
-    return np.where(b.present, np.maximum(b.free(lim), 0), 0), b.idle(lim)
 
 
 def greedy_place(
@@ -44,21 +39,21 @@ def greedy_place(
     Ties on F go to the slot with least headroom when ``tie_by_free`` (the ``headroom``
     policy), then to the lowest index (both policies). Every row must be able to hold
     ``demand.count`` units (the framework scores fitting nodes only)."""
-    counts, mems, shares = _plain(mix)
-    free, idle = initial_state(b, lim)
-    grids = (free, idle, b.present, hold, b.unit(demand), b.free(lim))
+    counts, mems, shares = _plain(tuple(mix))
+    grids = (b.total, b.committed, b.reserved, b.present, hold)
     # one compiled specialisation: C-contiguous int64/bool grids (no copy when they are)
-    return _greedy(*map(np.ascontiguousarray, grids), counts, mems, shares,
-                   int(demand.count), bool(tie_by_free))
+    return _greedy(*map(np.ascontiguousarray, grids), int(lim.margin_mib), int(lim.idle_mib),
+                   ask_of(demand), counts, mems, shares, int(demand.count), bool(tie_by_free))
 
 
 @warms
 def _warm_up() -> None:
     z, yes = np.zeros((1, 1), dtype=np.int64), np.ones((1, 1), dtype=bool)
     one = np.ones(1, dtype=np.int64)
-    _greedy(z, yes, yes, yes, z, z, one, one, np.ones(1), 1, True)
+    _greedy(z, z, z, yes, yes, 0, 0, 1, one, one, np.ones(1), 1, True)
 
 
+@functools.lru_cache(maxsize=16)  # the mix changes rarely; these arrays are never written
 def _plain(mix: Mix) -> tuple[Ints, Ints, Floats]:
     """(counts, memories (WHOLE for whole GPUs), shares) of the mix's non-MIG shapes, in
     mix order (the order the shares are summed in)."""
@@ -72,20 +67,24 @@ def _plain(mix: Mix) -> tuple[Ints, Ints, Floats]:
 
 
 @kernel
-def _greedy(free0, idle0, present, hold, unit, headroom, counts, mems, shares, count,
-            tie_by_free):  # numba infers the types
-    n_slots, n_nodes = free0.shape
+def _greedy(total_mib, committed, reserved, present, hold, margin, idle_mib, ask, counts, mems,
+            shares, count, tie_by_free):  # numba infers the types
+    n_slots, n_nodes = total_mib.shape
     slots = np.zeros((count, n_nodes), dtype=np.int64)
     before, after = np.zeros(n_nodes), np.zeros(n_nodes)
-    free = np.empty(n_slots, dtype=np.int64)
-    idle = np.empty(n_slots, dtype=np.bool_)
-    cand = np.empty(n_slots, dtype=np.bool_)
+    free, headroom = np.empty(n_slots, dtype=np.int64), np.empty(n_slots, dtype=np.int64)
+    unit = np.empty(n_slots, dtype=np.int64)
+    idle, cand = np.empty(n_slots, dtype=np.bool_), np.empty(n_slots, dtype=np.bool_)
     hosting = np.empty(counts.shape[0], dtype=np.int64)
     hosted = np.empty(counts.shape[0], dtype=np.int64)
     for n in range(n_nodes):
         total = 0
-        for g in range(n_slots):
-            free[g], idle[g], cand[g] = free0[g, n], idle0[g, n], hold[g, n]
+        for g in range(n_slots):  # GpuBatch.free / .idle / .unit, slot by slot
+            headroom[g] = total_mib[g, n] - committed[g, n] - margin
+            free[g] = max(headroom[g], 0) if present[g, n] else 0
+            idle[g] = present[g, n] and reserved[g, n] == 0 and committed[g, n] <= idle_mib
+            unit[g] = total_mib[g, n] if ask == WHOLE else ask
+            cand[g] = hold[g, n]
             total += free[g]
         for k in range(count):
             _terms(free, idle, present, n, mems, hosting, hosted)
@@ -100,20 +99,20 @@ def _greedy(free0, idle0, present, hold, unit, headroom, counts, mems, shares, c
                 alike = False
                 for i in range(j):
                     if (cand[i] and free[i] == free[j] and idle[i] == idle[j]
-                            and unit[i, n] == unit[j, n] and headroom[i, n] == headroom[j, n]):
+                            and unit[i] == unit[j] and headroom[i] == headroom[j]):
                         alike = True
                         break
                 if alike:
                     continue
-                f = _trial(j, free, idle, present[j, n], unit[j, n], total, hosting, hosted,
+                f = _trial(j, free, idle, present[j, n], unit[j], total, hosting, hosted,
                            counts, mems, shares)
-                if f < best or (f == best and tie_by_free and headroom[j, n] < headroom[pick, n]):
+                if f < best or (f == best and tie_by_free and headroom[j] < headroom[pick]):
                     best, pick = f, j
             if pick < 0:  # cannot happen for a fitting row; keep the NumPy meaning (inf)
                 after[n] = np.inf
                 break
             slots[k, n], after[n] = pick, best
-            left = max(free[pick] - unit[pick, n], 0)
+            left = max(free[pick] - unit[pick], 0)
             total += left - free[pick]
             free[pick], idle[pick], cand[pick] = left, False, False
     return slots, before, after
