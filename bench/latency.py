@@ -12,7 +12,9 @@ objects back, megabytes at 5,000 nodes: transport, not evaluation).
 "warm": every pod has the same shape and nothing changed in between (replicas in a row);
 "churn": the same shape, but 1% of the nodes reported changed usage before each pod (the
 realistic case: only those are re-evaluated); "cold": every pod a new memory ask (every
-node evaluated afresh). filter gets the candidates, prioritize the nodes filter passed
+node evaluated afresh); "shuffled": the same shape, but the candidates in a new order for
+every pod (kube-scheduler's parallel filter workers hand feasible nodes over in the order
+they finish, so its lists are permutations, not repeats). filter gets the candidates, prioritize the nodes filter passed
 (narrowing: usually a few), exactly as kube-scheduler sends them.
 """
 
@@ -47,7 +49,9 @@ NODE = json.loads((ROOT / "tests/fixtures/node_g5_12xlarge.json").read_text())
 
 
 def node_object(name: str) -> dict[str, Any]:
+    """A Node as kube-scheduler encodes it from its informer cache: no kind/apiVersion."""
     n = copy.deepcopy(NODE)
+    del n["kind"], n["apiVersion"]
     n["metadata"]["name"] = name
     n["metadata"]["labels"]["kubernetes.io/hostname"] = name
     return n
@@ -140,7 +144,8 @@ def measure(
         if shape == "churn":
             churn(client, drivers, names, rng)
         mem = 1024 + i if shape == "cold" else 4096
-        first = body_for(pod(i, mem), names, nodes)
+        order = rng.sample(names, len(names)) if shape == "shuffled" else names
+        first = body_for(pod(i, mem), order, nodes)
         t_filter, reply = timed(client, "/filter", first)
         second = body_for(pod(i, mem), passed(reply.json(), nodes), nodes)
         t_prioritize, scores = timed(client, "/prioritize", second)
@@ -161,7 +166,8 @@ def measure(
 
 
 def body_for(pod_: dict[str, Any], names: list[str], nodes: dict[str, Any] | None) -> bytes:
-    args: dict[str, Any] = {"Pod": pod_, "NodeNames": None, "Nodes": None}
+    # Go's field order (Pod, Nodes, NodeNames), as kube-scheduler's encoding/json writes it
+    args: dict[str, Any] = {"Pod": pod_, "Nodes": None, "NodeNames": None}
     if nodes is None:
         args["NodeNames"] = names
     else:
@@ -197,7 +203,7 @@ def main() -> None:
                 drivers = report_nodes(client, names)
                 for size in sizes:
                     for mode in ("NodeNames", "Nodes"):
-                        for shape in ("warm", "churn", "cold"):
+                        for shape in ("warm", "churn", "cold", "shuffled"):
                             n = args.requests if mode == "NodeNames" else args.nodes_mode_requests
                             rows.append(
                                 (

@@ -8,15 +8,23 @@ JSON until its bytes are looked up: a known list comes back as the very ``NameLi
 object decoded the first time, carrying its key, so caches recognise it by identity.
 
 NameLists are shared between requests: nothing may mutate one.
+
+Nodes-mode bodies (full Node objects) are split by hand where Go's encoder wrote them
+exactly as kube-scheduler does: the Pod is decoded alone and the items are found by the
+node cache's ``walk`` (by their bytes), so the megabytes of Node JSON are never parsed
+again. Anything else is decoded whole, which also names what is wrong with it.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
+from typing import Protocol
 
 import msgspec
+import numpy as np
 
+from extender.nodebytes import value_end
 from extender.protocol import ExtenderArgs, NodeName, Pod, RawNodeList
 
 
@@ -50,20 +58,55 @@ class _WireArgs(msgspec.Struct):
 
 _wire = msgspec.json.Decoder(_WireArgs)
 _names = msgspec.json.Decoder(list[NodeName] | None)
+_pod = msgspec.json.Decoder(Pod)
+
+# ExtenderArgs{Pod, Nodes: &v1.NodeList{Items}, NodeNames: nil} as encoding/json writes it
+_POD = b'{"Pod":'
+_ITEMS = b',"Nodes":{"metadata":{},"items":['
+_TAIL = b'},"NodeNames":null}'
+_SPACE = b" \t\r\n"
+
+
+class NodeWalker(Protocol):
+    def walk(self, body: bytes, start: int) -> tuple[RawNodeList, int] | None: ...
 
 
 class ArgsDecoder:
-    """Decodes filter/prioritize bodies into ``ExtenderArgs``, name lists interned."""
+    """Decodes filter/prioritize bodies into ``ExtenderArgs``, name lists interned and
+    Node lists walked by bytes (when given the node cache)."""
 
-    def __init__(self, capacity: int = 8) -> None:
+    def __init__(self, capacity: int = 8, nodes: NodeWalker | None = None) -> None:
         self._lists: OrderedDict[bytes, NameList] = OrderedDict()
         self._capacity = capacity
+        self._nodes = nodes
 
     def decode(self, body: bytes) -> ExtenderArgs:
+        walked = self._walked(body) if self._nodes is not None else None
+        if walked is not None:
+            return walked
         wire = _wire.decode(body)
         raw = wire.NodeNames
         names = self.names(bytes(raw)) if len(raw) else None
         return ExtenderArgs(Pod=wire.Pod, Nodes=wire.Nodes, NodeNames=names)
+
+    def _walked(self, body: bytes) -> ExtenderArgs | None:
+        assert self._nodes is not None
+        if not body.startswith(_POD) or not body[-64:].rstrip(_SPACE).endswith(_TAIL):
+            return None
+        pod_end = value_end(np.frombuffer(body, np.uint8), len(_POD))
+        if pod_end < 0 or not body.startswith(_ITEMS, pod_end):
+            return None
+        walked = self._nodes.walk(body, pod_end + len(_ITEMS))
+        if walked is None:
+            return None
+        nodes, end = walked
+        if body[end:].rstrip(_SPACE) != _TAIL:
+            return None
+        try:
+            pod = _pod.decode(body[len(_POD):pod_end])
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return None  # decoded whole, the error names its place in the body
+        return ExtenderArgs(Pod=pod, Nodes=nodes, NodeNames=None)
 
     def names(self, data: bytes) -> NameList | None:
         found = self._lists.get(data)

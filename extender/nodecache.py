@@ -17,24 +17,63 @@ last time. A node is recognised by a key, and decoded only when the key is new:
 
 Facts are applied again only when a node's object differs from the one applied last (a
 taint added and removed again is seen both times).
+
+Finding the items at all is the larger cost (a JSON scan of the whole body): ``walk``
+finds the objects seen before by their exact bytes instead (``extender.nodebytes``), and
+decodes only the few it does not know.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import cast
+from collections.abc import Callable, Iterator, Sequence
+from typing import cast, overload
 
 import msgspec
+import numpy as np
 
 from extender.namelists import NameList, names_key
+from extender.nodebytes import FOUND_ALL, FULL, ByteIndex, value_end
 from extender.nodefacts import NodeFacts, facts_from_node
-from extender.protocol import node_decoder
+from extender.protocol import RawNodeList, node_decoder
 
 HEAD = 512
 _META = b'"metadata":{'
 
 Key = bytes | int  # a head, or the hash of the whole object
 Entry = tuple[str, bytes, NodeFacts]  # name, its JSON string, facts
+MAX_NEW = 64  # unknown items decoded one by one in a walk; more: the whole body at once
+_syntax = msgspec.json.Decoder(msgspec.Raw)  # validates JSON, builds nothing
+
+
+class ItemSlices(Sequence[memoryview]):
+    """The items of a walked body, as slices of it (the filter reply echoes some)."""
+
+    def __init__(self, body: bytes, starts: np.ndarray, ends: np.ndarray) -> None:
+        self._view = memoryview(body)
+        self._starts = starts.tolist()
+        self._ends = ends.tolist()
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    @overload
+    def __getitem__(self, i: int) -> memoryview: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[memoryview]: ...
+    def __getitem__(self, i: int | slice) -> memoryview | list[memoryview]:
+        if isinstance(i, slice):
+            return [self._view[s:e] for s, e in zip(self._starts[i], self._ends[i], strict=True)]
+        return self._view[self._starts[i]:self._ends[i]]
+
+    def __iter__(self) -> Iterator[memoryview]:
+        view = self._view
+        return (view[s:e] for s, e in zip(self._starts, self._ends, strict=True))
+
+
+class WalkedNodes(RawNodeList, kw_only=True):
+    """``Nodes`` of a body walked by bytes: items as slices, each already resolved."""
+
+    entries: list[Entry] = msgspec.field(default_factory=list)
 
 
 class NodeObjectCache:
@@ -45,18 +84,23 @@ class NodeObjectCache:
         self._capacity = capacity
         # the last list: its entries and names, valid while nothing else was applied
         self._last: tuple[list[Entry], NameList] | None = None
+        self._bytes = ByteIndex()
+        self._by_id: list[Entry] = []  # ByteIndex id -> entry
+        self._indexed: set[int] = set()  # id() of entries whose bytes are in the index
+        self._generation = 0  # bumped whenever the byte index is cleared
+        self._ids = np.zeros(1024, np.int64)
+        self._starts = np.zeros(1024, np.int64)
 
-    def names(self, raws: list[msgspec.Raw]) -> list[str]:
+    def names(self, nodes: RawNodeList) -> list[str]:
         """Every node's name; all items are read before any facts are applied, so a bad
         item (msgspec.ValidationError) leaves no partial state behind. The very objects
         of the last call give the very same list back (a ``NameList``: the plan and row
         caches then know it by identity)."""
+        if isinstance(nodes, WalkedNodes):
+            return self._named(list(nodes.entries), True)
+        raws = nodes.items
         heads = [bytes(memoryview(raw)[:HEAD]) for raw in raws]
         found = list(map(self._entries.get, heads))
-        last, self._last = self._last, None
-        if last is not None and found == last[0]:  # compared by identity per item: fast
-            self._last = last
-            return last[1]
         complete = None not in found
         if not complete:  # new objects, or ones without an identifying head
             for i, entry in enumerate(found):
@@ -64,6 +108,14 @@ class NodeObjectCache:
                     found[i] = self._by_hash(bytes(raws[i]))
             complete = all(self._entries.get(h) is e for h, e in zip(heads, found, strict=True))
         entries = cast(list[Entry], found)
+        self._index_bytes(raws, entries)
+        return self._named(entries, complete)
+
+    def _named(self, entries: list[Entry], complete: bool) -> list[str]:
+        last, self._last = self._last, None
+        if last is not None and entries == last[0]:  # compared by identity per item: fast
+            self._last = last
+            return last[1]
         names = [name for name, _, _ in entries]
         if "" in names:
             raise msgspec.ValidationError(f"Nodes.items[{names.index('')}] has no metadata.name")
@@ -76,6 +128,77 @@ class NodeObjectCache:
         if complete:  # every object now known by its head: the next call can compare them
             self._last = (entries, listed)
         return listed
+
+    def walk(self, body: bytes, start: int) -> tuple[WalkedNodes, int] | None:
+        """The items of the array that opens just before ``start``, found by their bytes,
+        and the position after its ``]``; None when the body must be decoded as a whole
+        (many unknown items, or something that is not a list of objects: the full decode
+        then names what is wrong)."""
+        buf = np.frombuffer(body, np.uint8)
+        k, p, new, generation = 0, start, 0, self._generation
+        while True:
+            got, p, why = self._bytes.walk(buf, p, self._ids[k:], self._starts[k:])
+            k += got
+            if why == FOUND_ALL:
+                break
+            if why == FULL:
+                self._grow()
+                continue
+            new += 1  # MISS: an object not seen byte for byte before
+            end = value_end(buf, p) if new <= MAX_NEW else -1
+            if end < 0 or end >= len(body) or body[end] not in b",]":
+                return None
+            found = self._learn(body[p:end])
+            if found is None or self._generation != generation:  # ids found so far are void
+                return None
+            if k == len(self._ids):
+                self._grow()
+            self._ids[k], self._starts[k], k, p = found, p, k + 1, end + 1
+            if body[end] == ord("]"):
+                break
+        ids = self._ids[:k]
+        starts = self._starts[:k].copy()
+        ends = starts + self._bytes.lengths(ids)
+        entries = [self._by_id[i] for i in ids.tolist()]
+        return WalkedNodes(items=cast(list[msgspec.Raw], ItemSlices(body, starts, ends)),
+                           entries=entries), p
+
+    def _learn(self, data: bytes) -> int | None:
+        """Validate one unknown item and index it: its id, or None when it is not valid
+        JSON or cannot be indexed."""
+        try:
+            _syntax.decode(data)
+            entry = self._entries.get(data[:HEAD]) or self._by_hash(data)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return None
+        return self._index(data, entry)
+
+    def _index_bytes(self, raws: Sequence[msgspec.Raw], entries: list[Entry]) -> None:
+        """After a whole-body decode: remember each new object's bytes for next time."""
+        indexed = self._indexed
+        for raw, entry in zip(raws, entries, strict=True):
+            if id(entry) not in indexed and self._index(bytes(raw), entry) is None:
+                return
+
+    def _index(self, data: bytes, entry: Entry) -> int | None:
+        i = self._bytes.add(data)
+        if i is None:
+            if self._bytes.nbytes + len(data) > self._bytes.capacity_bytes:
+                self._forget_bytes()  # full of old versions: start over (relearned on use)
+            return None
+        self._by_id.append(entry)
+        self._indexed.add(id(entry))
+        return i
+
+    def _forget_bytes(self) -> None:
+        self._generation += 1
+        self._bytes.clear()
+        self._by_id.clear()
+        self._indexed.clear()
+
+    def _grow(self) -> None:
+        self._ids = np.resize(self._ids, 2 * len(self._ids))
+        self._starts = np.resize(self._starts, 2 * len(self._starts))
 
     def _by_hash(self, data: bytes) -> Entry:
         key = hash(data)
@@ -91,6 +214,7 @@ class NodeObjectCache:
             self._entries.clear()
             self._applied.clear()
             self._last = None
+            self._forget_bytes()
         entry: Entry = (name, msgspec.json.encode(name), facts_from_node(node))
         head = data[:HEAD]
         identified = identifying_head(head, name, node.metadata.resourceVersion)

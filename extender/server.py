@@ -234,7 +234,8 @@ def create_app(
         log.error("ledger unavailable", extra={"error": str(e)[:300]})
         return _error(503, f"ledger unavailable: {e}")
 
-    args_decoder = ArgsDecoder()  # candidate lists decoded once, then recognised by bytes
+    # candidate lists decoded once, then recognised by bytes
+    args_decoder = ArgsDecoder(nodes=service.node_objects)
 
     async def decode(request: Request, decoder: Decoder, limit: int) -> object:
         return safe_decode(decoder, await read_body(request, limit))

@@ -226,7 +226,7 @@ class SchedulingService:
             return args.NodeNames
         if args.Nodes is None:
             return []
-        return self.node_objects.names(args.Nodes.items)
+        return self.node_objects.names(args.Nodes)
 
     def _remember(self, pod: Pod) -> GpuDemand:
         demand = demand_of(pod)

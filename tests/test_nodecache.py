@@ -12,7 +12,7 @@ import pytest
 
 from extender.nodecache import HEAD, NodeObjectCache, identifying_head
 from extender.nodefacts import NodeFacts
-from extender.protocol import args_decoder
+from extender.protocol import RawNodeList, args_decoder
 
 NODE = json.loads((Path(__file__).parent / "fixtures/node_g5_12xlarge.json").read_text())
 
@@ -29,13 +29,13 @@ def node(name: str, rv: str | None = "100", capacity: str = "spot", **extra: obj
     return n
 
 
-def raws(*nodes: dict) -> list[msgspec.Raw]:
+def raws(*nodes: dict) -> RawNodeList:
     """The items exactly as the server gets them: a Go-ordered NodeList in the body."""
     body = msgspec.json.encode({"Pod": None, "Nodes": {"metadata": {}, "items": list(nodes)},
                                 "NodeNames": None})
     args = args_decoder.decode(body)
     assert args.Nodes is not None
-    return args.Nodes.items
+    return args.Nodes
 
 
 class Recorder:
@@ -109,8 +109,8 @@ def test_pretty_printed_json_only_loses_the_shortcut() -> None:
     assert not identifying_head(data[:HEAD], "a", "7")
     seen = Recorder()
     cache = NodeObjectCache(seen)
-    assert cache.names([msgspec.Raw(data)]) == ["a"]
-    assert cache.names([msgspec.Raw(data)]) == ["a"] and len(seen.applied) == 1
+    assert cache.names(RawNodeList([msgspec.Raw(data)])) == ["a"]
+    assert cache.names(RawNodeList([msgspec.Raw(data)])) == ["a"] and len(seen.applied) == 1
 
 
 def test_a_node_without_a_name_is_refused_before_anything_is_applied() -> None:
