@@ -14,8 +14,9 @@ objects back, megabytes at 5,000 nodes: transport, not evaluation).
 realistic case: only those are re-evaluated); "cold": every pod a new memory ask (every
 node evaluated afresh); "shuffled": the same shape, but the candidates in a new order for
 every pod (kube-scheduler's parallel filter workers hand feasible nodes over in the order
-they finish, so its lists are permutations, not repeats). filter gets the candidates, prioritize the nodes filter passed
-(narrowing: usually a few), exactly as kube-scheduler sends them.
+they finish, so its lists are permutations, not repeats). filter gets the candidates,
+prioritize the nodes filter passed (narrowing: usually a few), exactly as kube-scheduler
+sends them.
 """
 
 from __future__ import annotations

@@ -7,6 +7,11 @@ those — the inventory's change log names them — instead of every node again.
 that were unavailable are always re-checked (a stale agent may be back), and the whole
 plan is rebuilt once the oldest report it relied on could have gone stale.
 
+kube-scheduler's lists are permutations as often as repeats (its parallel filter
+workers hand feasible nodes over in the order they finish), and prioritize asks about
+the nodes filter passed: a list whose names are all in the last plan for the shape is
+taken from it by name, not evaluated again.
+
 A plan is columnar, like the evaluation behind it: per candidate whether it fits, its
 raw policy score and $/GiB-h, and a reason for each one that does not fit. What callers
 derive from a plan (the filter reply, the scores) is kept in ``derived`` and dropped
@@ -18,6 +23,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 import numpy as np
 
@@ -55,6 +61,15 @@ class Plan:
     index: dict[str, int] | None = None  # name -> position: see positions()
     passed: list[int] | None = None  # positions the filter passed: prioritize's likely ask
     derived: dict[str, object] = field(default_factory=dict)
+    source: tuple[Plan, Ints] | None = None  # the plan this was taken from, and where
+
+    def mark_passed(self, passing: list[int]) -> None:
+        """Remember what filter passed, here and in the plan this one was taken from
+        (prioritize's list is then found there without looking names up)."""
+        self.passed = passing
+        if self.source is not None:
+            parent, at = self.source
+            parent.passed = at[passing].tolist()
 
     def positions(self) -> dict[str, int]:
         """Name -> position, built on first use (a cold plan may never need it)."""
@@ -98,19 +113,27 @@ class Plans:
         if plan is None or not same_names(plan.names, names) or now > plan.fresh_until:
             parent = self._last.get(shape)
             plan = None
-            if parent is not None and len(parent.names) > len(names) and self._current(
+            if parent is not None and len(parent.names) >= len(names) and self._current(
                 parent, now, seq, changed_since, evaluate, stale_after
             ):
-                plan = _subset(parent, names)  # prioritize, after filter
+                plan = _subset(parent, names)  # prioritize after filter; a permutation
             if plan is None:
-                plan = Plan.of(names, seq, evaluate(names), stale_after)
+                plan = self._evaluated(names, shape, seq, evaluate, stale_after)
             self._plans[key] = plan
             while len(self._plans) > self._capacity:
                 self._plans.popitem(last=False)
         else:
             self._plans.move_to_end(key)
             if not self._current(plan, now, seq, changed_since, evaluate, stale_after):
-                plan = self._plans[key] = Plan.of(names, seq, evaluate(names), stale_after)
+                plan = self._plans[key] = self._evaluated(
+                    names, shape, seq, evaluate, stale_after)
+        return plan
+
+    def _evaluated(self, names: list[str], shape: Hashable, seq: int, evaluate: EvaluateNames,
+                   stale_after: float) -> Plan:
+        """A plan evaluated afresh; the widest becomes the shape's parent (plans taken
+        from it do not: it keeps its name index for the next permutation)."""
+        plan = Plan.of(names, seq, evaluate(names), stale_after)
         if len(names) >= len(self._last.get(shape, plan).names):
             self._last[shape] = plan
         return plan
@@ -135,28 +158,31 @@ class Plans:
 
 
 def _subset(parent: Plan, names: list[str]) -> Plan | None:
-    """The plan for some of the parent's candidates, taken from it (kube-scheduler
-    sends prioritize the nodes filter passed), or None if a name is not among them."""
+    """The plan for some (or all, in another order) of the parent's candidates, taken
+    from it by name, or None if a name is not among them."""
     found = parent.passed
     if found is None or len(found) != len(names) or any(
         parent.names[p] != n for p, n in zip(found, names, strict=True)
     ):  # not the filter's passing set: look the names up (building the index once)
         index = parent.positions()
-        found = [index.get(n, -1) for n in names]
-        if -1 in found:
+        try:  # one C call for thousands of lookups (the names are new strings: hashed)
+            found = list(itemgetter(*names)(index)) if len(names) > 1 else [
+                index[n] for n in names]
+        except KeyError:
             return None
     at = np.array(found, dtype=np.int64)
-    back = {p: i for i, p in enumerate(found)}
-    down = set(parent.unavailable.tolist())
+    back = np.full(len(parent.names), -1, dtype=np.int64)  # parent position -> ours
+    back[at] = np.arange(len(at))
     return Plan(
         names=list(names),
         fits=parent.fits[at],
         raw=parent.raw[at],
         price=parent.price[at],
-        failures={back[p]: f for p, f in parent.failures.items() if p in back},
+        failures={int(back[p]): f for p, f in parent.failures.items() if back[p] >= 0},
         seq=parent.seq,
         fresh_until=parent.fresh_until,
-        unavailable=np.array([i for i, p in enumerate(found) if p in down], dtype=np.int64),
+        unavailable=np.flatnonzero(np.isin(at, parent.unavailable)),
+        source=(parent, at),
     )
 
 

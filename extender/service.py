@@ -168,7 +168,7 @@ class SchedulingService:
         if outcome is None:  # the same candidates and shape as last time give the same reply
             outcome = plan.derived["filter"] = self._filter_outcome(plan, demand)
         passing, result = cast(tuple[list[int], ExtenderFilterResult], outcome)
-        plan.passed = passing
+        plan.mark_passed(passing)
         if not passing and names:
             self._unplaceable(args.Pod, result)
         if raws is not None:

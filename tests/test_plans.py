@@ -54,18 +54,20 @@ def replies(svc: SchedulingService, shape: str | None, fresh: bool = False) -> l
                                                         "NodeNames": names}))
 
     out = []
-    for names in (NODES, None, NODES, NODES[1:4]):
+    rotated = NODES[2:] + NODES[:2]  # kube-scheduler's lists are permutations too
+    steps = [("prioritize", NODES), ("filter", NODES), ("prioritize", NODES),
+             ("prioritize", NODES[1:4]), ("passing", []), ("prioritize", NODES[::-1]),
+             ("filter", rotated), ("passing", [])]
+    for verb, names in steps:
         if fresh:
             svc.plans = Plans()
-        if names is None:  # filter
-            result, _ = svc.filter(ask(NODES))  # type: ignore[arg-type]
+        if verb == "filter":
+            result, _ = svc.filter(ask(names))  # type: ignore[arg-type]
             out.append(encoder.encode(result))
             passing = result.NodeNames or []
             continue
+        names = passing if verb == "passing" else names
         out.append(encoder.encode(svc.prioritize(ask(names))))  # type: ignore[arg-type]
-    if fresh:
-        svc.plans = Plans()
-    out.append(encoder.encode(svc.prioritize(ask(passing))))  # type: ignore[arg-type]
     return out
 
 
