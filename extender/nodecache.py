@@ -50,8 +50,8 @@ class ItemSlices(Sequence[memoryview]):
 
     def __init__(self, body: bytes, starts: np.ndarray, ends: np.ndarray) -> None:
         self._view = memoryview(body)
-        self._starts = starts.tolist()
-        self._ends = ends.tolist()
+        self._starts = starts  # arrays: prioritize never reads an item, filter a few
+        self._ends = ends
 
     def __len__(self) -> int:
         return len(self._starts)
@@ -62,12 +62,15 @@ class ItemSlices(Sequence[memoryview]):
     def __getitem__(self, i: slice) -> list[memoryview]: ...
     def __getitem__(self, i: int | slice) -> memoryview | list[memoryview]:
         if isinstance(i, slice):
-            return [self._view[s:e] for s, e in zip(self._starts[i], self._ends[i], strict=True)]
-        return self._view[self._starts[i]:self._ends[i]]
+            return list(self._slices(self._starts[i], self._ends[i]))
+        return self._view[int(self._starts[i]):int(self._ends[i])]
 
     def __iter__(self) -> Iterator[memoryview]:
+        return self._slices(self._starts, self._ends)
+
+    def _slices(self, starts: np.ndarray, ends: np.ndarray) -> Iterator[memoryview]:
         view = self._view
-        return (view[s:e] for s, e in zip(self._starts, self._ends, strict=True))
+        return (view[s:e] for s, e in zip(starts.tolist(), ends.tolist(), strict=True))
 
 
 class WalkedNodes(RawNodeList, kw_only=True):
@@ -97,7 +100,7 @@ class NodeObjectCache:
         of the last call give the very same list back (a ``NameList``: the plan and row
         caches then know it by identity)."""
         if isinstance(nodes, WalkedNodes):
-            return self._named(list(nodes.entries), True)
+            return self._named(nodes.entries, True)
         raws = nodes.items
         heads = [bytes(memoryview(raw)[:HEAD]) for raw in raws]
         found = list(map(self._entries.get, heads))
@@ -153,7 +156,9 @@ class NodeObjectCache:
                 return None
             if k == len(self._ids):
                 self._grow()
-            self._ids[k], self._starts[k], k, p = found, p, k + 1, end + 1
+            self._ids[k], self._starts[k] = found, p
+            k += 1
+            p = end + 1
             if body[end] == ord("]"):
                 break
         ids = self._ids[:k]

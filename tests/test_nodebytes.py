@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from extender.namelists import ArgsDecoder
-from extender.nodebytes import HASHED, PROBES, ByteIndex, value_end
+from extender.nodebytes import FOUND_ALL, HASHED, MISS, PROBES, ByteIndex, value_end
 from extender.nodecache import MAX_NEW, NodeObjectCache, WalkedNodes
 from extender.nodefacts import NodeFacts
 from extender.protocol import ExtenderArgs
@@ -156,10 +156,10 @@ def test_items_alike_in_their_hashed_bytes_are_told_apart_by_all_their_bytes() -
     data = b"[" + b",".join(items[k] for k in order) + b"]"
     out_ids, out_starts = np.zeros(8, np.int64), np.zeros(8, np.int64)
     count, stop, why = index.walk(np.frombuffer(data, np.uint8), 1, out_ids, out_starts)
-    assert (count, stop, why) == (len(order), len(data), 0)
+    assert (count, stop, why) == (len(order), len(data), FOUND_ALL)
     assert out_ids[:count].tolist() == [ids[k] for k in order]
     unseen = b"[" + _item(shared, 99) + b"]"
-    assert index.walk(np.frombuffer(unseen, np.uint8), 1, out_ids, out_starts)[:2] == (0, 1)
+    assert index.walk(np.frombuffer(unseen, np.uint8), 1, out_ids, out_starts) == (0, 1, MISS)
 
 
 def test_short_items_are_not_indexed() -> None:
