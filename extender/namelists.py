@@ -5,7 +5,9 @@ In NodeNames mode every filter and prioritize call carries the candidate list: t
 strings, then hashing and comparing them to find the cached plan and rows, cost more
 than evaluating the pod (~0.3 ms of ~0.5 ms at 5,000 nodes). Here the list stays raw
 JSON until its bytes are looked up: a known list comes back as the very ``NameList``
-object decoded the first time, carrying its key, so caches recognise it by identity.
+object decoded the first time, carrying its key, so caches recognise it by identity. A
+list not seen before in these bytes (a permutation: kube-scheduler sends one per pod) is
+read by ``namebytes`` into ids, which plans line up with one array lookup.
 
 NameLists are shared between requests: nothing may mutate one.
 
@@ -24,18 +26,34 @@ from typing import Protocol
 import msgspec
 import numpy as np
 
+from extender.namebytes import NameIndex
 from extender.nodebytes import value_end
 from extender.protocol import ExtenderArgs, NodeName, Pod, RawNodeList
+from extender.scoring.batch import Ints
 
 
 class NameList(list[str]):
-    """A decoded candidate list and the key its bytes gave it."""
+    """A decoded candidate list, the key its bytes gave it, and its names' ids in the
+    ``NameIndex`` that had ``token`` (see ``name_ids``)."""
 
-    __slots__ = ("key",)
+    __slots__ = ("ids", "key", "token")
 
-    def __init__(self, names: Sequence[str], key: Hashable) -> None:
+    def __init__(self, names: Sequence[str], key: Hashable, ids: Ints | None = None,
+                 token: object = None) -> None:
         super().__init__(names)
         self.key = key
+        self.ids = ids
+        self.token = token
+
+
+def name_ids(index: NameIndex, names: Sequence[str]) -> Ints | None:
+    """The names' ids in ``index`` (None if a name is not plain), worked out once per
+    ``NameList`` while the index keeps its ids."""
+    if isinstance(names, NameList):
+        if names.token is not index.token:
+            names.ids, names.token = index.ids_of(names), index.token
+        return names.ids
+    return index.ids_of(names)
 
 
 def names_key(names: Sequence[str]) -> Hashable:
@@ -75,10 +93,12 @@ class ArgsDecoder:
     """Decodes filter/prioritize bodies into ``ExtenderArgs``, name lists interned and
     Node lists walked by bytes (when given the node cache)."""
 
-    def __init__(self, capacity: int = 8, nodes: NodeWalker | None = None) -> None:
+    def __init__(self, capacity: int = 8, nodes: NodeWalker | None = None,
+                 index: NameIndex | None = None) -> None:
         self._lists: OrderedDict[bytes, NameList] = OrderedDict()
         self._capacity = capacity
         self._nodes = nodes
+        self._index = index if index is not None else NameIndex()
 
     def decode(self, body: bytes) -> ExtenderArgs:
         walked = self._walked(body) if self._nodes is not None else None
@@ -113,16 +133,24 @@ class ArgsDecoder:
         if found is not None:
             self._lists.move_to_end(data)
             return found
-        try:
+        found = self._read(data)
+        if found is not None:
+            self._lists[data] = found
+            while len(self._lists) > self._capacity:
+                self._lists.popitem(last=False)
+        return found
+
+    def _read(self, data: bytes) -> NameList | None:
+        read = self._index.read(data)
+        if read is not None:
+            ids, strings = read
+            return NameList(strings, ("names", len(ids), hash(data)), ids, self._index.token)
+        try:  # not plain names: decoded as JSON, which also names what is wrong
             decoded = _names.decode(data)
         except msgspec.ValidationError as e:  # name the field as a whole-body decode would
             msg = str(e)
             msg = msg.replace("at `$", "at `$.NodeNames") if "at `$" in msg else (
                 f"{msg} - at `$.NodeNames`")
             raise msgspec.ValidationError(msg) from None
-        if decoded is None:
-            return None
-        found = self._lists[data] = NameList(decoded, ("names", len(decoded), hash(data)))
-        while len(self._lists) > self._capacity:
-            self._lists.popitem(last=False)
-        return found
+        return None if decoded is None else NameList(
+            decoded, ("names", len(decoded), hash(data)))

@@ -10,7 +10,7 @@ plan is rebuilt once the oldest report it relied on could have gone stale.
 kube-scheduler's lists are permutations as often as repeats (its parallel filter
 workers hand feasible nodes over in the order they finish), and prioritize asks about
 the nodes filter passed: a list whose names are all in the last plan for the shape is
-taken from it by name, not evaluated again.
+taken from it by the names' ids (``namebytes``: one array lookup), not evaluated again.
 
 A plan is columnar, like the evaluation behind it: per candidate whether it fits, its
 raw policy score and $/GiB-h, and a reason for each one that does not fit. What callers
@@ -23,12 +23,13 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from operator import itemgetter
 
 import numpy as np
 
-from extender.namelists import names_key, same_names
+from extender.namebytes import NameIndex
+from extender.namelists import name_ids, names_key, same_names
 from extender.scoring.batch import Bools, Floats, Ints
+from extender.scoring.compiled import kernel, warms
 
 # (reason, unresolvable) for a candidate that does not fit
 Failure = tuple[str, bool]
@@ -59,23 +60,33 @@ class Plan:
     fresh_until: float  # until then no available entry can have gone stale
     unavailable: Ints  # positions to re-check on every use
     index: dict[str, int] | None = None  # name -> position: see positions()
-    passed: list[int] | None = None  # positions the filter passed: prioritize's likely ask
     derived: dict[str, object] = field(default_factory=dict)
     source: tuple[Plan, Ints] | None = None  # the plan this was taken from, and where
+    _where: tuple[object, Ints | None] | None = None  # see where()
 
-    def mark_passed(self, passing: list[int]) -> None:
-        """Remember what filter passed, here and in the plan this one was taken from
-        (prioritize's list is then found there without looking names up)."""
-        self.passed = passing
-        if self.source is not None:
-            parent, at = self.source
-            parent.passed = at[passing].tolist()
+    def permutes(self) -> Plan | None:
+        """The plan this one lists every candidate of, in another order, if any."""
+        if self.source is not None and len(self.names) == len(self.source[0].names):
+            return self.source[0]
+        return None
 
     def positions(self) -> dict[str, int]:
         """Name -> position, built on first use (a cold plan may never need it)."""
         if self.index is None:
             self.index = {name: i for i, name in enumerate(self.names)}
         return self.index
+
+    def where(self, names: NameIndex) -> Ints | None:
+        """Name id -> position (-1: not a candidate here; ids added to the index since
+        are beyond its end), built on first use; None if a name has no id."""
+        if self._where is None or self._where[0] is not names.token:
+            ids = name_ids(names, self.names)
+            where = None
+            if ids is not None:
+                where = np.full(names.count, -1, dtype=np.int64)
+                where[ids] = np.arange(len(ids))
+            self._where = (names.token, where)
+        return self._where[1]
 
     @staticmethod
     def of(names: list[str], seq: int, outcome: Outcome, stale_after: float) -> Plan:
@@ -93,7 +104,8 @@ class Plan:
 
 
 class Plans:
-    def __init__(self, capacity: int = 16) -> None:
+    def __init__(self, names: NameIndex, capacity: int = 16) -> None:
+        self._names = names
         self._plans: OrderedDict[Hashable, Plan] = OrderedDict()
         self._capacity = capacity
         self._last: dict[Hashable, Plan] = {}  # per shape, the plan used last
@@ -116,7 +128,7 @@ class Plans:
             if parent is not None and len(parent.names) >= len(names) and self._current(
                 parent, now, seq, changed_since, evaluate, stale_after
             ):
-                plan = _subset(parent, names)  # prioritize after filter; a permutation
+                plan = _subset(parent, names, self._names)  # a permutation, a part
             if plan is None:
                 plan = self._evaluated(names, shape, seq, evaluate, stale_after)
             self._plans[key] = plan
@@ -157,33 +169,51 @@ class Plans:
         return True
 
 
-def _subset(parent: Plan, names: list[str]) -> Plan | None:
+def _subset(parent: Plan, names: list[str], index: NameIndex) -> Plan | None:
     """The plan for some (or all, in another order) of the parent's candidates, taken
-    from it by name, or None if a name is not among them."""
-    found = parent.passed
-    if found is None or len(found) != len(names) or any(
-        parent.names[p] != n for p, n in zip(found, names, strict=True)
-    ):  # not the filter's passing set: look the names up (building the index once)
-        index = parent.positions()
-        try:  # one C call for thousands of lookups (the names are new strings: hashed)
-            found = list(itemgetter(*names)(index)) if len(names) > 1 else [
-                index[n] for n in names]
-        except KeyError:
-            return None
-    at = np.array(found, dtype=np.int64)
-    back = np.full(len(parent.names), -1, dtype=np.int64)  # parent position -> ours
-    back[at] = np.arange(len(at))
+    from it by the names' ids, or None if a name is not among them (or listed twice)."""
+    ids, where = name_ids(index, names), parent.where(index)
+    if ids is None or where is None:
+        return None
+    at = np.empty(len(ids), dtype=np.int64)
+    if not _positions(where, ids, at):
+        return None
+    failures = {}
+    if parent.failures:
+        back = np.full(len(parent.names), -1, dtype=np.int64)  # parent position -> ours
+        back[at] = np.arange(len(at))
+        failures = {int(back[p]): f for p, f in parent.failures.items() if back[p] >= 0}
+    unavailable = parent.unavailable
     return Plan(
-        names=list(names),
+        names=names,
         fits=parent.fits[at],
         raw=parent.raw[at],
         price=parent.price[at],
-        failures={int(back[p]): f for p, f in parent.failures.items() if back[p] >= 0},
+        failures=failures,
         seq=parent.seq,
         fresh_until=parent.fresh_until,
-        unavailable=np.flatnonzero(np.isin(at, parent.unavailable)),
+        unavailable=np.flatnonzero(np.isin(at, unavailable)) if unavailable.size else unavailable,
         source=(parent, at),
     )
+
+
+@kernel
+def _positions(where: Ints, ids: Ints, at: Ints) -> bool:
+    """Each id's position in the plan, into ``at``; False if one is not there or two
+    ids share one."""
+    taken = np.zeros(len(where), dtype=np.bool_)
+    for k in range(len(ids)):
+        i = ids[k]
+        if i >= len(where) or where[i] < 0 or taken[where[i]]:
+            return False
+        at[k] = where[i]
+        taken[where[i]] = True
+    return True
+
+
+@warms
+def _compile() -> None:
+    _positions(np.zeros(1, np.int64), np.zeros(1, np.int64), np.zeros(1, np.int64))
 
 
 def _patch(
@@ -207,6 +237,7 @@ def _patch(
         or any(plan.failures.get(i) != failures.get(i) for i in redo.tolist())
     ):
         plan.derived.clear()
+        plan.source = None  # its answers are its own now, not the parent's reordered
     plan.fits[redo], plan.raw[redo], plan.price[redo] = new.fits, new.raw, new.price
     for i in redo.tolist():
         plan.failures.pop(i, None)

@@ -235,7 +235,7 @@ def create_app(
         return _error(503, f"ledger unavailable: {e}")
 
     # candidate lists decoded once, then recognised by bytes
-    args_decoder = ArgsDecoder(nodes=service.node_objects)
+    args_decoder = ArgsDecoder(nodes=service.node_objects, index=service.names)
 
     async def decode(request: Request, decoder: Decoder, limit: int) -> object:
         return safe_decode(decoder, await read_body(request, limit))

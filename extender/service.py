@@ -37,6 +37,7 @@ from extender.inventory import Grant, Inventory
 from extender.ledger.base import Ledger
 from extender.ledger_writer import LedgerWriter
 from extender.metrics import SCHEDULING
+from extender.namebytes import NameIndex
 from extender.nodecache import NodeObjectCache
 from extender.plans import Failure, Outcome, Plan, Plans
 from extender.podcache import PodCache, SeenPod
@@ -114,7 +115,8 @@ class SchedulingService:
         self.config = config
         self.pods = PodCache()
         self.mix = WorkloadMix()
-        self.plans = Plans()
+        self.names = NameIndex()  # node names -> ids, shared with the request decoder
+        self.plans = Plans(self.names)
         self.node_objects = NodeObjectCache(self.inventory.update_facts)
         # edges plug in here: Kubernetes Events / metrics for pods that fit nowhere, and a
         # lookup of pods bind was not shown by filter (the watch cache after a restart)
@@ -168,7 +170,6 @@ class SchedulingService:
         if outcome is None:  # the same candidates and shape as last time give the same reply
             outcome = plan.derived["filter"] = self._filter_outcome(plan, demand)
         passing, result = cast(tuple[list[int], ExtenderFilterResult], outcome)
-        plan.mark_passed(passing)
         if not passing and names:
             self._unplaceable(args.Pod, result)
         if raws is not None:
@@ -178,15 +179,32 @@ class SchedulingService:
     def _filter_outcome(
         self, plan: Plan, demand: GpuDemand
     ) -> tuple[list[int], ExtenderFilterResult]:
-        """Passing nodes and a reason for each node that does not fit. With narrowing only
-        the nodes the policy and cost put on top pass (docs/scheduling.md); the others fit,
-        so they get no failure reason (kube-scheduler only shows reasons when nothing
-        passes, and narrowing never passes nothing when something fits)."""
-        result = ExtenderFilterResult()
-        for i in sorted(plan.failures):
-            reason, unresolvable = plan.failures[i]
-            failed = result.FailedAndUnresolvableNodes if unresolvable else result.FailedNodes
-            failed[plan.names[i]] = reason
+        """Passing nodes and a reason for each node that does not fit. A permuted list
+        gets its parent's answer in its own order: narrowing passes every node within
+        epsilon of the best, so the answer does not depend on the order."""
+        parent = plan.permutes()
+        if parent is None:
+            return self._evaluated_outcome(plan, demand)
+        done = parent.derived.get("filter")
+        if done is None:
+            done = parent.derived["filter"] = self._evaluated_outcome(parent, demand)
+        passed, result = cast(tuple[list[int], ExtenderFilterResult], done)
+        assert plan.source is not None
+        mask = np.zeros(len(parent.names), dtype=bool)
+        mask[passed] = True
+        passing: list[int] = np.flatnonzero(mask[plan.source[1]]).tolist()
+        mine = _failed(plan) if plan.failures else msgspec.structs.replace(result)
+        mine.NodeNames = [plan.names[i] for i in passing]
+        return passing, mine
+
+    def _evaluated_outcome(
+        self, plan: Plan, demand: GpuDemand
+    ) -> tuple[list[int], ExtenderFilterResult]:
+        """With narrowing only the nodes the policy and cost put on top pass
+        (docs/scheduling.md); the others fit, so they get no failure reason
+        (kube-scheduler only shows reasons when nothing passes, and narrowing never
+        passes nothing when something fits)."""
+        result = _failed(plan)
         mask = plan.fits
         eps = self.config.narrow_epsilon
         if eps is not None and demand.count > 0 and int(mask.sum()) > 1:
@@ -647,6 +665,16 @@ def _grant(gpu: GpuView, demand: GpuDemand, price: NodePrice | None) -> GpuGrant
         price_per_hour=per_gpu * mib / gpu.total_mib if gpu.total_mib else Decimal(0),
         mig_profile=demand.mig_profile,
     )
+
+
+def _failed(plan: Plan) -> ExtenderFilterResult:
+    """A filter result with every failed candidate's reason, in the candidates' order."""
+    result = ExtenderFilterResult()
+    for i in sorted(plan.failures):
+        reason, unresolvable = plan.failures[i]
+        failed = result.FailedAndUnresolvableNodes if unresolvable else result.FailedNodes
+        failed[plan.names[i]] = reason
+    return result
 
 
 def _outcome(evals: list[Evaluation], prices: list[float | None]) -> Outcome:

@@ -24,7 +24,6 @@ from extender.scoring import policy_by_name
 from extender.service import SchedulingService, ServiceConfig
 
 NODES = [f"n{i}" for i in range(6)]
-DECODER = ArgsDecoder()
 SHAPES = ["4Gi", "12Gi", None]
 
 op = st.one_of(
@@ -49,8 +48,10 @@ def replies(svc: SchedulingService, shape: str | None, fresh: bool = False) -> l
     """filter, then prioritize with the nodes filter passed (as kube-scheduler does),
     with every node, and with some of them; ``fresh``: each from an empty plan cache."""
 
+    decoder = ArgsDecoder(index=svc.names)
+
     def ask(names: list[str]) -> object:  # as the server decodes: lists interned
-        return DECODER.decode(msgspec.json.encode({"Pod": pod(f"q-{shape}", shape),
+        return decoder.decode(msgspec.json.encode({"Pod": pod(f"q-{shape}", shape),
                                                         "NodeNames": names}))
 
     out = []
@@ -60,7 +61,7 @@ def replies(svc: SchedulingService, shape: str | None, fresh: bool = False) -> l
              ("filter", rotated), ("passing", [])]
     for verb, names in steps:
         if fresh:
-            svc.plans = Plans()
+            svc.plans = Plans(svc.names)
         if verb == "filter":
             result, _ = svc.filter(ask(names))  # type: ignore[arg-type]
             out.append(encoder.encode(result))
@@ -107,8 +108,8 @@ def test_plans_match_a_fresh_evaluation(tmp_path: Path, ops: list[tuple]) -> Non
         elif kind == "bind":
             uid = f"p{c}"
             replies(svc, SHAPES[b])  # filter first, as kube-scheduler does
-            args = DECODER.decode(msgspec.json.encode({"Pod": pod(uid, SHAPES[b]),
-                                                            "NodeNames": NODES}))
+            body = {"Pod": pod(uid, SHAPES[b]), "NodeNames": NODES}
+            args = ArgsDecoder(index=svc.names).decode(msgspec.json.encode(body))
             svc.filter(args)
             if not svc.bind(ExtenderBindingArgs(uid, "t", uid, NODES[a])).Error:
                 bound.append(uid)
