@@ -234,9 +234,7 @@ class SchedulingService:
         reply = plan.derived.get("prioritize")
         if reply is None:
             scores = priority_array(plan.raw, plan.fits, plan.price, self.config.weights)
-            reply = plan.derived["prioritize"] = [
-                HostPriority(Host=n, Score=s) for n, s in zip(names, scores.tolist(), strict=True)
-            ]
+            reply = plan.derived["prioritize"] = list(map(HostPriority, names, scores.tolist()))
         return cast(list[HostPriority], reply)
 
     def _names(self, args: ExtenderArgs) -> list[str]:

@@ -60,3 +60,14 @@ def test_capacity_bounds_what_is_kept() -> None:
 def test_plain_lists_get_a_key_by_content() -> None:
     assert names_key(["a", "b"]) == names_key(["a", "b"]) != names_key(["b", "a"])
     assert same_names(["a"], ["a"]) and not same_names(["a"], ["b"])
+
+
+def test_lists_alike_at_both_ends_are_told_apart() -> None:
+    """Known lists are keyed by both ends of their bytes and compared whole."""
+    dec = ArgsDecoder()
+    ends = [f"edge-{i:03d}" for i in range(40)]
+    one = dec.decode(body([*ends, "middle-a", *ends])).NodeNames
+    other = dec.decode(body([*ends, "middle-b", *ends])).NodeNames
+    assert one is not None and other is not None
+    assert one[40] == "middle-a" and other[40] == "middle-b"
+    assert dec.decode(body([*ends, "middle-a", *ends])).NodeNames == one
