@@ -1,0 +1,156 @@
+"""Where a filter+prioritize pair spends its time, in-process, phase by phase: the
+diagnosis behind bench/latency.py's ratios (no HTTP, no floor).
+
+    .venv/bin/python bench/phases.py [--nodes 5000] [--pods 200] [--shapes churn,cold,shuffled]
+
+The service is built as ``headroom serve`` builds it; simulated agents report every node.
+Per pod: the shape's preparation (churn: 1% of the nodes report changed usage; shuffled:
+the candidates in a new order), then filter and prioritize with the bodies
+kube-scheduler sends, each decoded as the server decodes it. The preparation is untimed
+but, like the scheduler's process between two real requests, leaves caches cold. Phases
+are timed by wrapping the service's methods; nested phases are included in their parent
+(``patch`` includes ``evaluate``), so rows do not add up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import extender.plans
+from bench.latency import LABELS, pod
+from drivers.agent import build_report
+from drivers.simulated import SimulatedDriver
+from extender.app import build
+from extender.clock import SystemClock
+from extender.logs import setup_logging
+from extender.namelists import ArgsDecoder
+from extender.reports import NodeReport
+from extender.runtime import tune_runtime
+from extender.service import SchedulingService
+from extender.settings import Settings
+
+Times = defaultdict[str, list[float]]
+
+
+def timed(owner: Any, name: str, label: str, times: Times) -> None:
+    inner: Callable[..., Any] = getattr(owner, name)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        t = time.perf_counter()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            times[label].append(time.perf_counter() - t)
+
+    setattr(owner, name, wrapper)
+
+
+class Cluster:
+    def __init__(self, service: SchedulingService, nodes: int) -> None:
+        self.service = service
+        self.clock = SystemClock()
+        self.names = [f"node-{i:05d}" for i in range(nodes)]
+        self.drivers: dict[str, SimulatedDriver] = {}
+        for i, name in enumerate(self.names):
+            d = self.drivers[name] = SimulatedDriver("4xA10G:24Gi", seed=i, node=name,
+                                                     clock=self.clock)
+            for j, uuid in enumerate(d.gpu_uuids[: i % 4]):
+                d.start_process(f"pod-{i}-{j}", uuid, 2048 * (1 + (i + j) % 8))
+            self.send(name)
+
+    def send(self, name: str) -> None:
+        d = self.drivers[name]
+        labels = {**LABELS, "karpenter.sh/capacity-type": "spot" if int(name[-5:]) % 2 else
+                  "on-demand"}
+        report = build_report(d, name, d.attribute, self.clock, labels=labels)
+        self.service.report(msgspec.json.decode(msgspec.json.encode(report), type=NodeReport))
+
+    def churn(self, rng: random.Random) -> None:
+        for name in rng.sample(self.names, max(1, len(self.names) // 100)):
+            d = self.drivers[name]
+            d.end_pod("churn")
+            d.start_process("churn", rng.choice(d.gpu_uuids), rng.randrange(256, 4096))
+            self.send(name)
+
+
+def run(shape: str, nodes: int, pods: int) -> tuple[list[float], list[float], Times]:
+    with tempfile.TemporaryDirectory() as tmp:
+        built = build(Settings(db=f"{tmp}/phases.db", allow_unauthenticated_reports=True,
+                               stale_after=3600))
+        service = built.service
+        cluster = Cluster(service, nodes)
+        tune_runtime()
+        decoder = ArgsDecoder(nodes=service.node_objects, index=service.names)
+        times: Times = defaultdict(list)
+        for owner, name, label in [(decoder, "decode", "decode body"),
+                                   (service, "_remember", "read demand"),
+                                   (service, "_plan", "plan"),
+                                   (extender.plans, "_patch", "patch"),
+                                   (extender.plans, "_subset", "take from parent"),
+                                   (service, "_evaluate_names", "evaluate"),
+                                   (service, "_filter_outcome", "filter answer")]:
+            timed(owner, name, label, times)
+        rng = random.Random(7)
+        filters, prioritizes = [], []
+
+        def body(i: int, names: list[str]) -> bytes:
+            memory = 1024 + i if shape == "cold" else 4096
+            return msgspec.json.encode({"Pod": pod(i, memory), "Nodes": None,
+                                        "NodeNames": names})
+
+        for i in range(pods + 1):
+            if shape == "churn":
+                cluster.churn(rng)
+            order = rng.sample(cluster.names, nodes) if shape == "shuffled" else cluster.names
+            first = body(i, order)
+            t = time.perf_counter()
+            result, _ = service.filter(decoder.decode(first))
+            filtered = time.perf_counter() - t
+            second = body(i, result.NodeNames or [])
+            t = time.perf_counter()
+            service.prioritize(decoder.decode(second))
+            prioritized = time.perf_counter() - t
+            if i == 0:  # the first pod builds the plan every shape starts from
+                for v in times.values():
+                    v.clear()
+                continue
+            filters.append(filtered)
+            prioritizes.append(prioritized)
+        built.service.writer.close()
+        return filters, prioritizes, times
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nodes", type=int, default=5000)
+    ap.add_argument("--pods", type=int, default=200)
+    ap.add_argument("--shapes", default="warm,churn,cold,shuffled")
+    args = ap.parse_args()
+    setup_logging("error")
+    print("| shape | filter p50 µs | prioritize p50 µs | phase | calls per pod | µs per pod |")
+    print("|---|---:|---:|---|---:|---:|")
+    for shape in args.shapes.split(","):
+        filters, prioritizes, times = run(shape, args.nodes, args.pods)
+        head = [shape, f"{statistics.median(filters) * 1e6:.0f}",
+                f"{statistics.median(prioritizes) * 1e6:.0f}"]
+        for label, spent in times.items():
+            print(f"| {' | '.join(head)} | {label} | {len(spent) / args.pods:.1f} | "
+                  f"{sum(spent) / args.pods * 1e6:.0f} |", flush=True)
+            head = ["", "", ""]
+
+
+if __name__ == "__main__":
+    main()
