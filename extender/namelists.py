@@ -28,7 +28,7 @@ import numpy as np
 
 from extender.namebytes import NameIndex
 from extender.nodebytes import value_end
-from extender.protocol import ExtenderArgs, NodeName, Pod, RawNodeList
+from extender.protocol import ExtenderArgs, NodeName, Pod, RawNodeList, args_decoder
 from extender.scoring.batch import Ints
 
 
@@ -67,16 +67,16 @@ def same_names(a: Sequence[str], b: Sequence[str]) -> bool:
 
 
 class _WireArgs(msgspec.Struct):
-    """``ExtenderArgs`` with the candidate list left as raw JSON."""
+    """``ExtenderArgs`` with the Pod and the candidate list left as raw JSON."""
 
-    Pod: Pod | None = None
+    Pod: msgspec.Raw = msgspec.Raw()
     Nodes: RawNodeList | None = None
     NodeNames: msgspec.Raw = msgspec.Raw()
 
 
 _wire = msgspec.json.Decoder(_WireArgs)
 _names = msgspec.json.Decoder(list[NodeName] | None)
-_pod = msgspec.json.Decoder(Pod)
+_pod = msgspec.json.Decoder(Pod | None)
 
 # ExtenderArgs{Pod, Nodes: &v1.NodeList{Items}, NodeNames: nil} as encoding/json writes it
 _POD = b'{"Pod":'
@@ -100,15 +100,31 @@ class ArgsDecoder:
         self._capacity = capacity
         self._nodes = nodes
         self._index = index if index is not None else NameIndex()
+        self._last_pod: tuple[bytes, Pod | None] = (b"", None)
 
     def decode(self, body: bytes) -> ExtenderArgs:
         walked = self._walked(body) if self._nodes is not None else None
         if walked is not None:
             return walked
-        wire = _wire.decode(body)
+        try:
+            wire = _wire.decode(body)
+            pod = self.pod(bytes(wire.Pod))
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            args_decoder.decode(body)  # raises the error as a whole-body decode names it
+            raise
         raw = wire.NodeNames
         names = self.names(bytes(raw)) if len(raw) else None
-        return ExtenderArgs(Pod=wire.Pod, Nodes=wire.Nodes, NodeNames=names)
+        return ExtenderArgs(Pod=pod, Nodes=wire.Nodes, NodeNames=names)
+
+    def pod(self, data: bytes) -> Pod | None:
+        """The Pod in ``data`` (empty: none). filter and prioritize carry the same Pod: the
+        same bytes give the very object decoded before, so what the service derives from
+        a Pod (its demand) is recognised by identity."""
+        if data == self._last_pod[0]:
+            return self._last_pod[1]
+        pod = _pod.decode(data) if data else None
+        self._last_pod = (data, pod)
+        return pod
 
     def _walked(self, body: bytes) -> ExtenderArgs | None:
         assert self._nodes is not None
@@ -124,7 +140,7 @@ class ArgsDecoder:
         if body[end:].rstrip(_SPACE) != _TAIL:
             return None
         try:
-            pod = _pod.decode(body[len(_POD):pod_end])
+            pod = self.pod(body[len(_POD):pod_end])
         except (msgspec.DecodeError, msgspec.ValidationError):
             return None  # decoded whole, the error names its place in the body
         return ExtenderArgs(Pod=pod, Nodes=nodes, NodeNames=None)

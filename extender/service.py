@@ -128,6 +128,7 @@ class SchedulingService:
         self.findings = DiscrepancyThrottle()
         self.dra: DraState | None = None  # set when watching a cluster
         self._recorded_nodes: dict[str, tuple[object, ...]] = {}
+        self._last_read: tuple[Pod, PodRef, GpuDemand] | None = None  # see _remember
 
     # --- startup -----------------------------------------------------------------------
 
@@ -245,9 +246,16 @@ class SchedulingService:
         return self.node_objects.names(args.Nodes)
 
     def _remember(self, pod: Pod) -> GpuDemand:
-        demand = demand_of(pod)
-        # every pod is remembered (bind needs to know it asked for nothing, too)
-        if self.pods.put(SeenPod(pod_ref(pod), demand, self.clock.now())) and demand.wants_gpu:
+        """The pod's demand; every pod is remembered (bind needs to know it asked for
+        nothing, too). prioritize gets the very Pod object filter got (``ArgsDecoder``):
+        what was read from it then is not read again."""
+        last = self._last_read
+        if last is not None and last[0] is pod:
+            ref, demand = last[1], last[2]
+        else:
+            demand, ref = demand_of(pod), pod_ref(pod)
+            self._last_read = (pod, ref, demand)
+        if self.pods.put(SeenPod(ref, demand, self.clock.now())) and demand.wants_gpu:
             self.mix.observe(demand)
         return demand
 

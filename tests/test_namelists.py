@@ -4,12 +4,20 @@ same validation and error paths as decoding the whole body in one go."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import msgspec
 import pytest
 
+from extender.binder import InProcessBinder
+from extender.clock import ManualClock
+from extender.inventory import Inventory
+from extender.ledger import open_ledger
 from extender.namelists import ArgsDecoder, NameList, names_key, same_names
+from extender.pricing import load_pricebook
 from extender.protocol import args_decoder
+from extender.scoring import policy_by_name
+from extender.service import SchedulingService
 
 
 def body(names: object, pod: object | None = None) -> bytes:
@@ -71,3 +79,45 @@ def test_lists_alike_at_both_ends_are_told_apart() -> None:
     assert one is not None and other is not None
     assert one[40] == "middle-a" and other[40] == "middle-b"
     assert dec.decode(body([*ends, "middle-a", *ends])).NodeNames == one
+
+
+def test_the_same_pod_bytes_give_the_same_pod_object() -> None:
+    """filter and prioritize carry the same Pod: decoded once, known by identity."""
+    dec = ArgsDecoder()
+    a = dec.decode(body(["a"], pod={"metadata": {"name": "p", "uid": "u"}})).Pod
+    b = dec.decode(body(["a", "b"], pod={"metadata": {"name": "p", "uid": "u"}})).Pod
+    c = dec.decode(body(["a"], pod={"metadata": {"name": "q", "uid": "u"}})).Pod
+    assert a is not None and a is b
+    assert c is not None and c is not a and c.metadata.name == "q"
+
+
+@pytest.mark.parametrize("pod", [{"metadata": {"name": 5}}, "x", 7, {"spec": []}])
+def test_a_bad_pod_is_named_as_a_whole_body_decode_names_it(pod: object) -> None:
+    raw = body(["a"], pod=pod)
+    with pytest.raises(msgspec.ValidationError) as plain:
+        args_decoder.decode(raw)
+    with pytest.raises(msgspec.ValidationError) as ours:
+        ArgsDecoder().decode(raw)
+    assert str(ours.value) == str(plain.value)
+
+
+def test_a_new_pod_object_is_read_anew(tmp_path: Path) -> None:
+    """The service reads a Pod's demand once per Pod object: the same uid with another
+    ask (a new object) gets its own demand."""
+    clock = ManualClock()
+    svc = SchedulingService(Inventory(load_pricebook()), open_ledger(str(tmp_path / "l.db"),
+                                                                     clock),
+                            InProcessBinder(), policy_by_name("binpack"), clock)
+    dec = ArgsDecoder(index=svc.names)
+
+    def ask(memory: str) -> object:
+        pod = {"metadata": {"name": "p", "namespace": "t", "uid": "u",
+                            "annotations": {"headroom.dev/gpu-memory": memory}},
+               "spec": {"containers": [{"name": "c", "resources": {"limits": {
+                   "nvidia.com/gpu": "1"}}}]}}
+        return dec.decode(body(["n"], pod=pod))
+
+    for memory, mib in (("4Gi", 4096), ("4Gi", 4096), ("8Gi", 8192)):
+        svc.filter(ask(memory))  # type: ignore[arg-type]
+        seen = svc.pods.get("u")
+        assert seen is not None and seen.demand.memory_mib == mib

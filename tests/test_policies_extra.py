@@ -174,6 +174,7 @@ def test_narrow_keeps_the_best_and_never_empties(spec, eps, keep, wp, wc) -> Non
         b = blended(evals, prices, w)
         assert max(b, key=lambda n: b[n]) in out or max(b.values()) in {b[n] for n in out}
         assert all(b[n] >= max(b.values()) - eps for n in out) or len(out) <= keep
+        assert {n for n in fitting if b[n] >= max(b.values()) - eps} <= out  # all of them
 
 
 @given(raws, st.floats(0.1, 3), st.floats(0, 3))

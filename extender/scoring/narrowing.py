@@ -20,6 +20,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from extender.scoring.compiled import kernel, warms
 from extender.scoring.cost import Floats
 from extender.scoring.framework import Bools, Evaluation, Weights, as_arrays, blended_array
 from extender.scoring.framework import blended as blended
@@ -31,14 +32,31 @@ KEEP = 1
 def narrow_mask(b: Floats, epsilon: float = EPSILON, keep: int = KEEP) -> Bools:
     """Which nodes the filter passes, given ``blended_array`` (NaN = does not fit): those
     within ``epsilon`` of the best, and at least the ``keep`` best (stable order)."""
-    fits = ~np.isnan(b)
-    if not fits.any():
-        return fits
-    mask = fits & (b >= np.nanmax(b) - epsilon)
+    mask = _within(b, float(epsilon))
     if keep > 1:
+        fits = ~np.isnan(b)
         order = np.argsort(np.where(fits, -b, np.inf), kind="stable")
         mask[order[: min(keep, int(fits.sum()))]] = True
     return mask
+
+
+@kernel
+def _within(b: Floats, epsilon: float) -> Bools:
+    """b(n) >= b_max - epsilon, NaN never: one compiled pass for the max, one for the
+    mask (the filter does this over every candidate after every change)."""
+    best = -np.inf
+    for v in b:
+        if v > best:  # NaN compares False
+            best = v
+    mask = np.zeros(len(b), dtype=np.bool_)
+    for i in range(len(b)):
+        mask[i] = b[i] >= best - epsilon
+    return mask
+
+
+@warms
+def _warm_up() -> None:
+    narrow_mask(np.array([0.5, np.nan]))
 
 
 def narrow(
