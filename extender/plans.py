@@ -64,10 +64,11 @@ class Plan:
     source: tuple[Plan, Ints] | None = None  # the plan this was taken from, and where
     _where: tuple[object, Ints | None] | None = None  # see where()
 
-    def permutes(self) -> Plan | None:
-        """The plan this one lists every candidate of, in another order, if any."""
+    def permutes(self) -> tuple[Plan, Ints] | None:
+        """The plan this one lists every candidate of in another order, and where each of
+        ours is in it; None if this one is not such a reordering."""
         if self.source is not None and len(self.names) == len(self.source[0].names):
-            return self.source[0]
+            return self.source
         return None
 
     def positions(self) -> dict[str, int]:
@@ -76,16 +77,16 @@ class Plan:
             self.index = {name: i for i, name in enumerate(self.names)}
         return self.index
 
-    def where(self, names: NameIndex) -> Ints | None:
+    def where(self, index: NameIndex) -> Ints | None:
         """Name id -> position (-1: not a candidate here; ids added to the index since
         are beyond its end), built on first use; None if a name has no id."""
-        if self._where is None or self._where[0] is not names.token:
-            ids = name_ids(names, self.names)
+        if self._where is None or self._where[0] is not index.token:
+            ids = name_ids(index, self.names)
             where = None
             if ids is not None:
-                where = np.full(names.count, -1, dtype=np.int64)
+                where = np.full(index.count, -1, dtype=np.int64)
                 where[ids] = np.arange(len(ids))
-            self._where = (names.token, where)
+            self._where = (index.token, where)
         return self._where[1]
 
     @staticmethod
@@ -183,7 +184,7 @@ def _subset(parent: Plan, names: list[str], index: NameIndex) -> Plan | None:
         back = np.full(len(parent.names), -1, dtype=np.int64)  # parent position -> ours
         back[at] = np.arange(len(at))
         failures = {int(back[p]): f for p, f in parent.failures.items() if back[p] >= 0}
-    unavailable = parent.unavailable
+    down = parent.unavailable
     return Plan(
         names=names,
         fits=parent.fits[at],
@@ -192,7 +193,7 @@ def _subset(parent: Plan, names: list[str], index: NameIndex) -> Plan | None:
         failures=failures,
         seq=parent.seq,
         fresh_until=parent.fresh_until,
-        unavailable=np.flatnonzero(np.isin(at, unavailable)) if unavailable.size else unavailable,
+        unavailable=np.flatnonzero(np.isin(at, down)) if down.size else down,
         source=(parent, at),
     )
 

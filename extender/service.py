@@ -183,20 +183,20 @@ class SchedulingService:
         """Passing nodes and a reason for each node that does not fit. A permuted list
         gets its parent's answer in its own order: narrowing passes every node within
         epsilon of the best, so the answer does not depend on the order."""
-        parent = plan.permutes()
-        if parent is None:
+        permuted = plan.permutes()
+        if permuted is None:
             return self._evaluated_outcome(plan, demand)
+        parent, at = permuted
         done = parent.derived.get("filter")
         if done is None:
             done = parent.derived["filter"] = self._evaluated_outcome(parent, demand)
-        passed, result = cast(tuple[list[int], ExtenderFilterResult], done)
-        assert plan.source is not None
+        passed = cast(tuple[list[int], ExtenderFilterResult], done)[0]
         mask = np.zeros(len(parent.names), dtype=bool)
         mask[passed] = True
-        passing: list[int] = np.flatnonzero(mask[plan.source[1]]).tolist()
-        mine = _failed(plan) if plan.failures else msgspec.structs.replace(result)
-        mine.NodeNames = [plan.names[i] for i in passing]
-        return passing, mine
+        passing: list[int] = np.flatnonzero(mask[at]).tolist()
+        result = _failed(plan)  # the same reasons, in this list's order
+        result.NodeNames = [plan.names[i] for i in passing]
+        return passing, result
 
     def _evaluated_outcome(
         self, plan: Plan, demand: GpuDemand
