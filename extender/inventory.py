@@ -11,7 +11,7 @@ Thread-safe: reports, binds and releases may come from different threads.
 from __future__ import annotations
 
 import threading
-from collections import defaultdict, deque
+from collections import defaultdict
 from dataclasses import dataclass
 
 import msgspec
@@ -86,8 +86,6 @@ class Inventory:
         self._reserved: dict[str, int] = defaultdict(int)  # gpu uuid -> MiB reserved
         self._lock = threading.RLock()
         self._seq = 0
-        # (seq, node) of every change, so request plans re-evaluate only what changed
-        self._changes: deque[tuple[int, str]] = deque(maxlen=100_000)
         self._columns = NodeColumns()
         self._dirty: set[str] = set()  # nodes whose columns row is behind
 
@@ -235,7 +233,7 @@ class Inventory:
             self._columns.drop(name)
         else:
             usable = not (node.facts.disrupted or node.draining)
-            self._columns.write(view, node.received_at, usable)
+            self._columns.write(view, node.received_at, usable, self._seq)
 
     def view(self, name: str) -> NodeView | None:
         """The node as scoring sees it, or None if no agent has reported for it."""
@@ -285,24 +283,9 @@ class Inventory:
     def seq(self) -> int:
         return self._seq
 
-    def changed_since(self, seq: int) -> set[str] | None:
-        """Nodes changed after ``seq``; None if the log no longer reaches back that far."""
-        with self._lock:
-            if seq == self._seq:
-                return set()
-            if not self._changes or self._changes[0][0] > seq + 1:
-                return None
-            out: set[str] = set()
-            for s, name in reversed(self._changes):
-                if s <= seq:
-                    break
-                out.add(name)
-            return out
-
     def _touch(self, name: str) -> None:
         self._seq += 1
         self._dirty.add(name)
-        self._changes.append((self._seq, name))
         node = self._nodes.get(name)
         if node is not None:
             node.version = self._seq

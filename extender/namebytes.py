@@ -210,6 +210,12 @@ class NameIndex:
     def read(self, data: bytes) -> tuple[np.ndarray, list[str]] | None:
         """The ids and strings of a JSON array of plain names; None for any other value
         (decode it as JSON: that also gives the error). New names are added."""
+        found = self.read_ids(data)
+        return None if found is None else (found[0], found[1][found[0]].tolist())
+
+    def read_ids(self, data: bytes) -> tuple[np.ndarray, np.ndarray] | None:
+        """``read``, with the strings left in the pool they are in: (ids, pool), the
+        string of id i being pool[i] (the pool is never written again below its count)."""
         if not np.little_endian:
             return None
         buf = np.frombuffer(data, np.uint8)
@@ -231,7 +237,7 @@ class NameIndex:
             if new and not self._add(new):
                 self.clear()
                 continue
-            return ids, self._strings[ids].tolist()
+            return ids, self._strings
         return None
 
     def ids_of(self, names: Sequence[str]) -> np.ndarray | None:

@@ -94,7 +94,7 @@ class NodeObjectCache:
         self._ids = np.zeros(1024, np.int64)
         self._starts = np.zeros(1024, np.int64)
 
-    def names(self, nodes: RawNodeList) -> list[str]:
+    def names(self, nodes: RawNodeList) -> Sequence[str]:
         """Every node's name; all items are read before any facts are applied, so a bad
         item (msgspec.ValidationError) leaves no partial state behind. The very objects
         of the last call give the very same list back (a ``NameList``: the plan and row
@@ -114,7 +114,7 @@ class NodeObjectCache:
         self._index_bytes(raws, entries)
         return self._named(entries, complete)
 
-    def _named(self, entries: list[Entry], complete: bool) -> list[str]:
+    def _named(self, entries: list[Entry], complete: bool) -> Sequence[str]:
         last, self._last = self._last, None
         if last is not None and entries == last[0]:  # compared by identity per item: fast
             self._last = last

@@ -3,7 +3,10 @@
 kube-scheduler asks about the same candidates again and again: filter then prioritize
 for every pod, replicas of one shape in a row. Between two asks only a few nodes change
 (an agent report that moved the numbers, a bind, a release), so a plan re-evaluates just
-those — the inventory's change log names them — instead of every node again. Nodes
+those instead of every node again. It keeps each candidate's row in the inventory's
+columns, and each row carries the change number of its last write, so what changed is
+one pass over those numbers (no names looked up); when nodes come or go, rows move and
+the plan is rebuilt. Nodes
 that were unavailable are always re-checked (a stale agent may be back), and the whole
 plan is rebuilt once the oldest report it relied on could have gone stale.
 
@@ -21,8 +24,9 @@ whenever any of that changes. Used from one thread (the event loop).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import overload
 
 import numpy as np
 
@@ -44,14 +48,19 @@ class Outcome:
     price: Floats  # $/GiB-h; NaN: unknown
     received: Floats  # report time relied on; NaN: the node was unavailable
     failures: dict[int, Failure]  # by position, for every candidate that does not fit
+    rows: Ints  # each candidate's row in the inventory's columns (-1: none) ...
+    layout: int  # ... valid while the columns' layout is this
 
 
-EvaluateNames = Callable[[list[str]], Outcome]
+# Evaluates candidates by name, with their rows when known (a plan's, still valid)
+Evaluate = Callable[[Sequence[str], Ints | None], Outcome]
+# Positions of a plan whose nodes changed since it was made; None: it must be rebuilt
+Changed = Callable[["Plan"], Ints | None]
 
 
 @dataclass
 class Plan:
-    names: list[str]
+    names: Sequence[str]
     fits: Bools
     raw: Floats
     price: Floats
@@ -59,23 +68,19 @@ class Plan:
     seq: int  # inventory change sequence the entries reflect
     fresh_until: float  # until then no available entry can have gone stale
     unavailable: Ints  # positions to re-check on every use
-    index: dict[str, int] | None = None  # name -> position: see positions()
+    rows: Ints  # see Outcome
+    layout: int
     derived: dict[str, object] = field(default_factory=dict)
     source: tuple[Plan, Ints] | None = None  # the plan this was taken from, and where
+    # each of that plan's candidates is in this one (-1: not here)
     _where: tuple[object, Ints | None] | None = None  # see where()
 
     def permutes(self) -> tuple[Plan, Ints] | None:
         """The plan this one lists every candidate of in another order, and where each of
-        ours is in it; None if this one is not such a reordering."""
+        its candidates is in this one; None if this one is not such a reordering."""
         if self.source is not None and len(self.names) == len(self.source[0].names):
             return self.source
         return None
-
-    def positions(self) -> dict[str, int]:
-        """Name -> position, built on first use (a cold plan may never need it)."""
-        if self.index is None:
-            self.index = {name: i for i, name in enumerate(self.names)}
-        return self.index
 
     def where(self, index: NameIndex) -> Ints | None:
         """Name id -> position (-1: not a candidate here; ids added to the index since
@@ -90,7 +95,7 @@ class Plan:
         return self._where[1]
 
     @staticmethod
-    def of(names: list[str], seq: int, outcome: Outcome, stale_after: float) -> Plan:
+    def of(names: Sequence[str], seq: int, outcome: Outcome, stale_after: float) -> Plan:
         received = outcome.received[~np.isnan(outcome.received)]
         return Plan(
             names=names,
@@ -101,6 +106,8 @@ class Plan:
             seq=seq,
             fresh_until=float(received.min()) + stale_after if received.size else np.inf,
             unavailable=np.flatnonzero(np.isnan(outcome.received)),
+            rows=outcome.rows,
+            layout=outcome.layout,
         )
 
 
@@ -113,12 +120,12 @@ class Plans:
 
     def plan(
         self,
-        names: list[str],
+        names: Sequence[str],
         shape: Hashable,
         now: float,
         seq: int,
-        changed_since: Callable[[int], set[str] | None],
-        evaluate: EvaluateNames,
+        changed: Changed,
+        evaluate: Evaluate,
         stale_after: float,
     ) -> Plan:
         key = (shape, names_key(names))
@@ -127,7 +134,7 @@ class Plans:
             parent = self._last.get(shape)
             plan = None
             if parent is not None and len(parent.names) >= len(names) and self._current(
-                parent, now, seq, changed_since, evaluate, stale_after
+                parent, now, seq, changed, evaluate, stale_after
             ):
                 plan = _subset(parent, names, self._names)  # a permutation, a part
             if plan is None:
@@ -137,16 +144,16 @@ class Plans:
                 self._plans.popitem(last=False)
         else:
             self._plans.move_to_end(key)
-            if not self._current(plan, now, seq, changed_since, evaluate, stale_after):
+            if not self._current(plan, now, seq, changed, evaluate, stale_after):
                 plan = self._plans[key] = self._evaluated(
                     names, shape, seq, evaluate, stale_after)
         return plan
 
-    def _evaluated(self, names: list[str], shape: Hashable, seq: int, evaluate: EvaluateNames,
+    def _evaluated(self, names: Sequence[str], shape: Hashable, seq: int, evaluate: Evaluate,
                    stale_after: float) -> Plan:
         """A plan evaluated afresh; the widest becomes the shape's parent (plans taken
         from it do not: it keeps its name index for the next permutation)."""
-        plan = Plan.of(names, seq, evaluate(names), stale_after)
+        plan = Plan.of(names, seq, evaluate(names, None), stale_after)
         if len(names) >= len(self._last.get(shape, plan).names):
             self._last[shape] = plan
         return plan
@@ -156,35 +163,32 @@ class Plans:
         plan: Plan,
         now: float,
         seq: int,
-        changed_since: Callable[[int], set[str] | None],
-        evaluate: EvaluateNames,
+        changed: Changed,
+        evaluate: Evaluate,
         stale_after: float,
     ) -> bool:
         """Brings the plan up to date; False if it cannot be (it must be rebuilt)."""
         if now > plan.fresh_until:
             return False
-        changed = changed_since(plan.seq)
-        if changed is None:  # the change log no longer reaches back that far
+        redo = changed(plan)
+        if redo is None:  # nodes came or went: its rows are void
             return False
-        _patch(plan, changed, seq, evaluate, stale_after)
+        _patch(plan, redo, seq, evaluate, stale_after)
         return True
 
 
-def _subset(parent: Plan, names: list[str], index: NameIndex) -> Plan | None:
+def _subset(parent: Plan, names: Sequence[str], index: NameIndex) -> Plan | None:
     """The plan for some (or all, in another order) of the parent's candidates, taken
     from it by the names' ids, or None if a name is not among them (or listed twice)."""
     ids, where = name_ids(index, names), parent.where(index)
     if ids is None or where is None:
         return None
-    at = np.empty(len(ids), dtype=np.int64)
-    if not _positions(where, ids, at):
+    at = np.empty(len(ids), dtype=np.int64)  # our position -> the parent's
+    back = np.full(len(parent.names), -1, dtype=np.int64)  # the parent's -> ours
+    if not _positions(where, ids, at, back):
         return None
-    failures = {}
-    if parent.failures:
-        back = np.full(len(parent.names), -1, dtype=np.int64)  # parent position -> ours
-        back[at] = np.arange(len(at))
-        failures = {int(back[p]): f for p, f in parent.failures.items() if back[p] >= 0}
-    down = parent.unavailable
+    failures = {int(back[p]): f for p, f in parent.failures.items() if back[p] >= 0}
+    down = back[parent.unavailable]
     return Plan(
         names=names,
         fits=parent.fits[at],
@@ -193,57 +197,101 @@ def _subset(parent: Plan, names: list[str], index: NameIndex) -> Plan | None:
         failures=failures,
         seq=parent.seq,
         fresh_until=parent.fresh_until,
-        unavailable=np.flatnonzero(np.isin(at, down)) if down.size else down,
-        source=(parent, at),
+        unavailable=np.sort(down[down >= 0]),
+        rows=parent.rows[at],
+        layout=parent.layout,
+        source=(parent, back),
     )
 
 
 @kernel
-def _positions(where: Ints, ids: Ints, at: Ints) -> bool:
-    """Each id's position in the plan, into ``at``; False if one is not there or two
-    ids share one."""
-    taken = np.zeros(len(where), dtype=np.bool_)
+def _positions(where: Ints, ids: Ints, at: Ints, back: Ints) -> bool:
+    """Each id's position in the plan, into ``at``, and the other way round into
+    ``back`` (-1 filled: a plan position no id names); False if an id is not in the plan
+    or two ids share a position."""
     for k in range(len(ids)):
         i = ids[k]
-        if i >= len(where) or where[i] < 0 or taken[where[i]]:
+        if i >= len(where) or where[i] < 0 or back[where[i]] >= 0:
             return False
         at[k] = where[i]
-        taken[where[i]] = True
+        back[where[i]] = k
     return True
 
 
 @warms
 def _compile() -> None:
-    _positions(np.zeros(1, np.int64), np.zeros(1, np.int64), np.zeros(1, np.int64))
+    one, yes = np.zeros(1, np.int64), np.ones(1, dtype=bool)
+    _positions(one, one, one, np.full(1, -1, np.int64))
+    _merge(yes, np.zeros(1), np.zeros(1), one, yes, np.zeros(1), np.zeros(1), np.zeros(1),
+           np.zeros(1, np.int64))
 
 
-def _patch(
-    plan: Plan, changed: set[str], seq: int, evaluate: EvaluateNames, stale_after: float
-) -> None:
+def _patch(plan: Plan, changed: Ints, seq: int, evaluate: Evaluate, stale_after: float) -> None:
+    """Re-evaluates the changed positions (ascending) and every unavailable one."""
     plan.seq = seq
-    if not changed and not plan.unavailable.size:
+    redo = np.union1d(changed, plan.unavailable) if plan.unavailable.size else changed
+    if not redo.size:
         return
-    index = plan.positions()
-    positions = {index[n] for n in changed if n in index}
-    positions.update(plan.unavailable.tolist())
-    if not positions:
-        return
-    redo = np.array(sorted(positions), dtype=np.int64)
-    new = evaluate([plan.names[i] for i in redo.tolist()])
-    failures = {int(redo[k]): f for k, f in new.failures.items()}
-    if (
-        not np.array_equal(plan.fits[redo], new.fits)
-        or not np.array_equal(plan.raw[redo], new.raw)
-        or not np.array_equal(plan.price[redo], new.price, equal_nan=True)
-        or any(plan.failures.get(i) != failures.get(i) for i in redo.tolist())
-    ):
+    new = evaluate(_Picked(plan.names, redo), plan.rows[redo])
+    failing = np.empty(len(redo), dtype=np.int64)
+    differs, earliest, n = _merge(plan.fits, plan.raw, plan.price, redo, new.fits, new.raw,
+                                  new.price, new.received, failing)
+    for k in failing[:n].tolist():  # a reason exactly where a node does not fit
+        i, reason = int(redo[k]), new.failures.get(k)
+        if plan.failures.get(i) != reason:
+            differs = True
+            if reason is None:
+                del plan.failures[i]
+            else:
+                plan.failures[i] = reason
+    if differs:
         plan.derived.clear()
         plan.source = None  # its answers are its own now, not the parent's reordered
-    plan.fits[redo], plan.raw[redo], plan.price[redo] = new.fits, new.raw, new.price
-    for i in redo.tolist():
-        plan.failures.pop(i, None)
-    plan.failures.update(failures)
-    down = np.isnan(new.received)
-    plan.unavailable = redo[down]  # every position unavailable before was in redo
-    if (~down).any():
-        plan.fresh_until = min(plan.fresh_until, float(new.received[~down].min()) + stale_after)
+    plan.unavailable = redo[np.isnan(new.received)]  # every one unavailable before is in redo
+    plan.fresh_until = min(plan.fresh_until, earliest + stale_after)
+
+
+class _Picked(Sequence[str]):
+    """Some of a plan's names, by position, made into strings only when asked for (the
+    evaluation asks only about nodes that do not fit)."""
+
+    __slots__ = ("_at", "_names")
+
+    def __init__(self, names: Sequence[str], at: Ints) -> None:
+        self._names, self._at = names, at
+
+    def __len__(self) -> int:
+        return len(self._at)
+
+    @overload
+    def __getitem__(self, k: int) -> str: ...
+    @overload
+    def __getitem__(self, k: slice) -> list[str]: ...
+    def __getitem__(self, k: int | slice) -> str | list[str]:
+        if isinstance(k, slice):
+            return [self._names[i] for i in self._at[k].tolist()]
+        return self._names[int(self._at[k])]
+
+
+@kernel
+def _merge(fits: Bools, raw: Floats, price: Floats, redo: Ints, new_fits: Bools,
+           new_raw: Floats, new_price: Floats, new_received: Floats,
+           failing: Ints) -> tuple[bool, float, int]:
+    """Writes the re-evaluated entries at ``redo``. Returns whether any differed (NaN
+    prices equal), the earliest report time among them (inf if none was available), and
+    how many of them did not fit before or do not now (their indices into ``redo``, in
+    ``failing``: only those can have a failure reason to change). One pass: as NumPy
+    and Python this was a dozen calls and three loops for a handful of entries."""
+    differs, earliest, n = False, np.inf, 0
+    for k in range(len(redo)):
+        i = redo[k]
+        same_price = price[i] == new_price[k] or (np.isnan(price[i]) and np.isnan(new_price[k]))
+        if fits[i] != new_fits[k] or raw[i] != new_raw[k] or not same_price:
+            differs = True
+        if not fits[i] or not new_fits[k]:
+            failing[n] = k
+            n += 1
+        fits[i], raw[i], price[i] = new_fits[k], new_raw[k], new_price[k]
+        if new_received[k] < earliest:  # NaN (unavailable) compares False
+            earliest = new_received[k]
+    return differs, earliest, n

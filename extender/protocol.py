@@ -9,6 +9,7 @@ passing set can be echoed back without re-encoding multi-megabyte Node objects.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated
 
 import msgspec
@@ -111,7 +112,7 @@ class ExtenderArgs(msgspec.Struct):
 
     Pod: Pod | None = None
     Nodes: RawNodeList | None = None
-    NodeNames: list[NodeName] | None = None
+    NodeNames: Sequence[NodeName] | None = None  # decoded: a list (or a ``NameList``)
 
 
 class ExtenderFilterResult(msgspec.Struct):

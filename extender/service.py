@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import cast
@@ -38,6 +38,7 @@ from extender.ledger.base import Ledger
 from extender.ledger_writer import LedgerWriter
 from extender.metrics import SCHEDULING
 from extender.namebytes import NameIndex
+from extender.namelists import picked
 from extender.nodecache import NodeObjectCache
 from extender.plans import Failure, Outcome, Plan, Plans
 from extender.podcache import PodCache, SeenPod
@@ -56,14 +57,14 @@ from extender.protocol import (
 )
 from extender.reports import NodeReport, ReportResponse
 from extender.scoring import Context, Evaluation, Limits, Policy, Weights, evaluate
+from extender.scoring.batch import Ints
 from extender.scoring.framework import (
     as_arrays,
-    blended_array,
-    evaluate_batch,
+    evaluate_rows,
     priority_array,
 )
 from extender.scoring.model import GpuView, NodeView
-from extender.scoring.narrowing import narrow_mask
+from extender.scoring.narrowing import passing as narrowed
 from extender.throttle import DiscrepancyThrottle
 from extender.usage import Discrepancy, discrepancies, observations
 from extender.workload import WorkloadMix
@@ -186,16 +187,14 @@ class SchedulingService:
         permuted = plan.permutes()
         if permuted is None:
             return self._evaluated_outcome(plan, demand)
-        parent, at = permuted
+        parent, back = permuted
         done = parent.derived.get("filter")
         if done is None:
             done = parent.derived["filter"] = self._evaluated_outcome(parent, demand)
         passed = cast(tuple[list[int], ExtenderFilterResult], done)[0]
-        mask = np.zeros(len(parent.names), dtype=bool)
-        mask[passed] = True
-        passing: list[int] = np.flatnonzero(mask[at]).tolist()
+        passing: list[int] = np.sort(back[passed]).tolist()  # a few: no pass over all
         result = _failed(plan)  # the same reasons, in this list's order
-        result.NodeNames = [plan.names[i] for i in passing]
+        result.NodeNames = picked(plan.names, passing)
         return passing, result
 
     def _evaluated_outcome(
@@ -206,13 +205,13 @@ class SchedulingService:
         (kube-scheduler only shows reasons when nothing passes, and narrowing never
         passes nothing when something fits)."""
         result = _failed(plan)
-        mask = plan.fits
         eps = self.config.narrow_epsilon
-        if eps is not None and demand.count > 0 and int(mask.sum()) > 1:
-            b = blended_array(plan.raw, plan.fits, plan.price, self.config.weights)
-            mask = narrow_mask(b, eps)
-        passing: list[int] = np.flatnonzero(mask).tolist()
-        result.NodeNames = [plan.names[i] for i in passing]
+        if eps is not None and demand.count > 0:
+            passing: list[int] = narrowed(plan.raw, plan.fits, plan.price,
+                                          self.config.weights, eps).tolist()
+        else:
+            passing = np.flatnonzero(plan.fits).tolist()
+        result.NodeNames = picked(plan.names, passing)
         return passing, result
 
     def _unplaceable(self, pod: Pod, result: ExtenderFilterResult) -> None:
@@ -238,7 +237,7 @@ class SchedulingService:
             reply = plan.derived["prioritize"] = list(map(HostPriority, names, scores.tolist()))
         return cast(list[HostPriority], reply)
 
-    def _names(self, args: ExtenderArgs) -> list[str]:
+    def _names(self, args: ExtenderArgs) -> Sequence[str]:
         if args.NodeNames is not None:
             return args.NodeNames
         if args.Nodes is None:
@@ -262,7 +261,7 @@ class SchedulingService:
     def _context(self) -> Context:
         return Context(limits=self.config.limits, mix=self.mix.mix)
 
-    def _plan(self, pod: Pod, demand: GpuDemand, names: list[str], now: float) -> Plan:
+    def _plan(self, pod: Pod, demand: GpuDemand, names: Sequence[str], now: float) -> Plan:
         """Each candidate's evaluation for this pod (device-plugin GPUs or DRA claims),
         and where replies derived from them may be cached (dropped on change)."""
         if demand.count == 0 and demand.dra_claims:
@@ -270,37 +269,39 @@ class SchedulingService:
             return Plan.of(names, -1, _outcome(evals, prices), self.config.stale_after)
         shape = (demand.key, demand.capacity, self.mix.version)
         return self.plans.plan(
-            names, shape, now, self.inventory.seq, self.inventory.changed_since,
-            lambda subset: self._evaluate_names(subset, demand, now),
+            names, shape, now, self.inventory.seq, self._changed,
+            lambda subset, rows: self._evaluate_names(subset, rows, demand, now),
             self.config.stale_after,
         )
 
-    def _evaluate_names(self, names: list[str], demand: GpuDemand, now: float) -> Outcome:
+    def _changed(self, plan: Plan) -> Ints | None:
+        return self.inventory.columns().changed(plan.rows, plan.layout, plan.seq)
+
+    def _evaluate_names(
+        self, names: Sequence[str], rows: Ints | None, demand: GpuDemand, now: float
+    ) -> Outcome:
         """Every named node at once from the inventory's columns (MIG demands node by
-        node); the nodes that do not fit are then asked, one by one, why not."""
+        node); the nodes that do not fit are then asked, one by one, why not. ``rows``:
+        the nodes' rows in the columns, when the caller knows them (a plan's)."""
         cols = self.inventory.columns()
-        rows = cols.rows(names)
-        ok = cols.available(rows, now, self.config.stale_after)
-        fits, raw = np.zeros(len(names), dtype=bool), np.zeros(len(names))
-        failures: dict[int, Failure] = {}
+        rows = cols.rows(names) if rows is None else rows
+        live, price, received = cols.read(rows, now, self.config.stale_after)
         ctx = self._context()
+        failures: dict[int, Failure] = {}
         if demand.mig_profile:
-            for i in np.flatnonzero(ok).tolist():
+            fits, raw = np.zeros(len(names), dtype=bool), np.zeros(len(names))
+            for i in np.flatnonzero(live >= 0).tolist():
                 view = self.inventory.view(names[i])
                 ev = evaluate(view, demand, self.policy, ctx) if view else Evaluation(False)
                 fits[i], raw[i] = ev.fits, ev.raw
                 if ev.reason:
                     failures[i] = (ev.reason, ev.unresolvable)
-        elif ok.any():
-            fits[ok], raw[ok] = evaluate_batch(
-                cols.batch(rows[ok], ctx.limits), demand, self.policy, ctx
-            )
+        else:
+            fits, raw = evaluate_rows(cols.whole(ctx.limits), live, demand, self.policy, ctx)
         for i in np.flatnonzero(~fits).tolist():
             if i not in failures:
-                failures[i] = self._failure(names[i], bool(ok[i]), demand, ctx, now)
-        nan = np.full(len(names), np.nan)
-        return Outcome(fits, raw, np.where(ok, cols.prices(rows), nan),
-                       np.where(ok, cols.received_at(rows), nan), failures)
+                failures[i] = self._failure(names[i], bool(live[i] >= 0), demand, ctx, now)
+        return Outcome(fits, raw, price, received, failures, rows, cols.layout)
 
     def _failure(
         self, name: str, available: bool, demand: GpuDemand, ctx: Context, now: float
@@ -315,7 +316,7 @@ class SchedulingService:
         return self._unavailable(name, now) or "node changed during evaluation; retry", True
 
     def _evaluate_all_dra(
-        self, pod: Pod, names: list[str], now: float
+        self, pod: Pod, names: Sequence[str], now: float
     ) -> tuple[list[Evaluation], list[float | None]]:
         requests = self.dra.requests_of(pod) if self.dra is not None else None
         claim = None
@@ -686,7 +687,8 @@ def _failed(plan: Plan) -> ExtenderFilterResult:
 def _outcome(evals: list[Evaluation], prices: list[float | None]) -> Outcome:
     raw, fits, price = as_arrays(evals, prices)
     failures = {i: (e.reason, e.unresolvable) for i, e in enumerate(evals) if not e.fits}
-    return Outcome(fits, raw, price, np.zeros(len(evals)), failures)
+    return Outcome(fits, raw, price, np.zeros(len(evals)), failures,
+                   np.full(len(evals), -1, dtype=np.int64), -1)  # rows unknown: never patched
 
 
 def _annotations(grants: list[Grant]) -> dict[str, str]:

@@ -13,10 +13,11 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from extender.columns import NodeColumns
 from extender.demand import CapacityPref, GpuDemand
 from extender.scoring import POLICIES, Context, Limits, evaluate, policy_by_name
 from extender.scoring.batch import GpuBatch
-from extender.scoring.framework import evaluate_batch
+from extender.scoring.framework import evaluate_batch, evaluate_rows
 from extender.scoring.model import GpuView, NodeView
 
 TOTALS = [16_384, 24_576, 46_068, 81_920]
@@ -93,3 +94,60 @@ def test_an_example_by_hand() -> None:
     assert fits.tolist() == [True, True, False]
     assert raw[0] == 1.0 and raw[1] == 8192 / 24_576
     assert np.isclose(raw[0], 0.5 * 1.0 + 0.5 * 1.0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    nodes=st.integers(1, 10).flatmap(lambda n: st.tuples(*(node(i) for i in range(n)))),
+    picks=st.lists(st.integers(-1, 9), max_size=14),
+    demand=demands,
+    mix=mixes,
+    policy=st.sampled_from(sorted(POLICIES)),
+)
+def test_rows_read_in_place_equal_the_taken_batch(
+    nodes: tuple[NodeView, ...], picks: list[int], demand: GpuDemand, mix: list, policy: str
+) -> None:
+    """What the filter runs on the inventory's columns (rows in any order, repeated, -1
+    for an unavailable node) equals ``evaluate_batch`` on those rows taken out."""
+    total = sum(p for _, p in mix)
+    ctx = Context(Limits(), tuple((s, p / total) for s, p in mix))
+    pol = policy_by_name(policy)
+    whole = GpuBatch.from_views(nodes, ctx.limits)
+    rows = np.array([r if r < len(nodes) else -1 for r in picks], dtype=np.int64)
+    fits, raw = evaluate_rows(whole, rows, demand, pol, ctx)
+    live = rows[rows >= 0]
+    want_fits, want_raw = evaluate_batch(whole.take(live), demand, pol, ctx)
+    assert not fits[rows < 0].any() and (raw[rows < 0] == 0).all()
+    assert fits[rows >= 0].tolist() == want_fits.tolist()
+    assert raw[rows >= 0][want_fits].tolist() == want_raw[want_fits].tolist()
+
+
+def test_inventory_columns_read_availability_and_prices() -> None:
+    """``NodeColumns.read``: a node is live only if reported, fresh and schedulable, and
+    only live nodes carry a price and a report time; ``whole`` sees every write; ``changed``
+    finds the rows written since a change number, until rows come or go."""
+    cols = NodeColumns()
+    lim = Limits()
+    for i, (received, ok) in enumerate([(100.0, True), (50.0, True), (100.0, False)]):
+        gpus = (GpuView(f"g{i}", 0, "A10G", 24_576, 1000 * i),)
+        cols.write(NodeView(f"n{i}", gpus, "spot", "g5.xlarge", 0.01 * (i + 1)), received, ok,
+                   stamp=i + 1)
+    live, price, received = cols.read(cols.rows(["n0", "n1", "n2", "nope"]), 120.0, 30.0)
+    assert live.tolist() == [cols.rows(["n0"])[0], -1, -1, -1]  # n1 stale, n2 unschedulable
+    assert price[0] == 0.01 and np.isnan(price[1:]).all()
+    assert received[0] == 100.0 and np.isnan(received[1:]).all()
+    row = int(cols.rows(["n0"])[0])
+    whole = cols.whole(lim)
+    assert not whole.mig_busy[row]
+    busy_mig = GpuView("m0", 1, "A100", 10_240, 5_000, 0, "1g.10gb")
+    rows, layout = cols.rows(["n2", "n1", "n0"]), cols.layout
+    assert cols.changed(rows, layout, since=1).tolist() == [0, 1]  # n2, n1: written after 1
+    cols.write(NodeView("n0", (GpuView("g0", 0, "A10G", 24_576, 20_000), busy_mig), "spot"),
+               110.0, True, stamp=7)
+    assert cols.changed(rows, layout, since=3).tolist() == [2]  # n0 again, at 7
+    assert cols.whole(lim).committed[0, row] == 20_000 and cols.whole(lim).mig_busy[row]
+    for i in range(3, 600):  # the columns grow: the batch is built again over the new ones
+        cols.write(NodeView(f"n{i}", (GpuView(f"g{i}", 0, "A10G", 24_576, 0),), "spot"), 1.0, True,
+                   stamp=8)
+    assert cols.changed(rows, layout, since=7) is None  # new rows: the old ones are void
+    assert cols.whole(lim).total.shape[1] >= 600 and cols.whole(lim).mig_busy[row]

@@ -7,7 +7,8 @@ import numba
 import numpy as np
 import pytest
 
-from extender.scoring import batch, compiled, fragmentation
+from extender import columns, plans
+from extender.scoring import batch, compiled, fragmentation, narrowing
 
 
 def test_without_a_writable_cache_it_compiles_in_memory(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -31,21 +32,42 @@ def test_without_a_writable_cache_it_compiles_in_memory(monkeypatch: pytest.Monk
 def test_after_warm_up_requests_compile_nothing_more() -> None:
     """A request must not be the one that pays a compile (~1 s): the warm-up call uses
     the argument types the scoring path passes, whatever the demand or subset."""
-    from extender.demand import GpuDemand
+    from extender.columns import NodeColumns
+    from extender.demand import CapacityPref, GpuDemand
     from extender.scoring import Context, Limits, policy_by_name
     from extender.scoring.batch import GpuBatch
-    from extender.scoring.framework import Weights, _blend, blended_array, evaluate_batch
+    from extender.scoring.framework import (
+        Weights,
+        blend_kernel,
+        blended_array,
+        evaluate_batch,
+        evaluate_rows,
+    )
     from extender.scoring.model import GpuView, NodeView
 
     compiled.warm_up()
-    kernels = [fragmentation._greedy, _blend, batch._chosen_fill, batch._node_fill]
+    kernels = [fragmentation._greedy, blend_kernel, batch._chosen_fill, batch._node_fill,
+               columns._read, columns._changed, narrowing._passing, plans._merge, plans._positions]
     before = [len(k.signatures) for k in kernels]
     lim = Limits()
     nodes = [NodeView(f"n{i}", tuple(GpuView(f"g{i}{j}", j, "A10G", 24_576, 1000 * i * j)
-                                     for j in range(4)), "spot") for i in range(5)]
+                                     for j in range(4)), "spot", "g5.12xlarge", 0.01)
+             for i in range(5)]
+    cols = NodeColumns()
+    for view in nodes:
+        cols.write(view, 10.0, True, stamp=1)
+    cols.changed(cols.rows([v.name for v in nodes]), cols.layout, 0)
+    live, price, received = cols.read(cols.rows([v.name for v in nodes]), 20.0, 30.0)
     rows = GpuBatch.from_views(nodes, lim)
-    for demand in (GpuDemand(1, 4096), GpuDemand(2, None), GpuDemand(3, 20_000)):
+    for demand in (GpuDemand(1, 4096), GpuDemand(2, None), GpuDemand(3, 20_000),
+                   GpuDemand(1, 4096, CapacityPref.ON_DEMAND)):
         for policy in ("headroom", "fgd", "binpack", "spread"):
             fits, raw = evaluate_batch(rows, demand, policy_by_name(policy), Context(lim))
             blended_array(raw, fits, np.full(len(raw), 0.01), Weights(2, 1))
+            fits, raw = evaluate_rows(cols.whole(lim), live, demand, policy_by_name(policy),
+                                      Context(lim))
+            narrowing.passing(raw, fits, price, Weights(2, 1), 0.05)
+            redo = np.arange(2, dtype=np.int64)
+            plans._merge(fits, raw, price, redo, fits[:2], raw[:2], price[:2], received[:2],
+                         np.zeros(2, np.int64))
     assert [len(k.signatures) for k in kernels] == before

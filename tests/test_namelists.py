@@ -13,7 +13,15 @@ from extender.binder import InProcessBinder
 from extender.clock import ManualClock
 from extender.inventory import Inventory
 from extender.ledger import open_ledger
-from extender.namelists import ArgsDecoder, NameList, names_key, same_names
+from extender.namebytes import NameIndex
+from extender.namelists import (
+    ArgsDecoder,
+    NameList,
+    name_ids,
+    names_key,
+    picked,
+    same_names,
+)
 from extender.pricing import load_pricebook
 from extender.protocol import args_decoder
 from extender.scoring import policy_by_name
@@ -121,3 +129,30 @@ def test_a_new_pod_object_is_read_anew(tmp_path: Path) -> None:
         svc.filter(ask(memory))  # type: ignore[arg-type]
         seen = svc.pods.get("u")
         assert seen is not None and seen.demand.memory_mib == mib
+
+
+def test_a_list_read_by_id_gives_its_names_however_it_is_used() -> None:
+    """Read lists make their strings on demand; every way of using one gives the names
+    in order, lists of the same names are equal (by ids or by strings), and a list read
+    before the index was cleared keeps its names and gets ids again."""
+    index = NameIndex()
+    dec = ArgsDecoder(index=index)
+    names = [f"node-{i}" for i in range(50)]
+    shuffled = names[::-1]
+    a = dec.decode(body(names)).NodeNames
+    b = dec.decode(body(shuffled)).NodeNames
+    assert isinstance(a, NameList) and isinstance(b, NameList)
+    assert a[3] == "node-3" and b[-1] == "node-0" and b[1:3] == ["node-48", "node-47"]
+    assert picked(b, [3, 0, 49]) == ["node-46", "node-49", "node-0"] and picked(b, []) == []
+    assert picked(shuffled, [3, 0]) == ["node-46", "node-49"]
+    assert len(b) == 50 and list(b) == shuffled and b == shuffled and shuffled == b
+    assert a != b and a == NameList(names, "other key") and a != names[:-1]
+    c = ArgsDecoder(index=index).decode(body(names)).NodeNames
+    assert c is not a and c == a  # the same ids: equal without making strings
+    d = dec.decode(body(names[1:] + names[:1])).NodeNames  # not made into strings yet
+    assert isinstance(d, NameList)
+    index.clear()
+    index.read(msgspec.json.encode(["intruder", *shuffled]))  # ids move
+    ids = name_ids(index, d)
+    assert ids is not None and ids.tolist() == [50 - (i + 1) % 50 for i in range(50)]
+    assert d[0] == "node-1" and d[49] == "node-0" and list(d) == names[1:] + names[:1]

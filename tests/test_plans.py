@@ -34,6 +34,7 @@ op = st.one_of(
     st.tuples(st.just("time"), st.integers(1, 40), st.just(0), st.just(0)),
     st.tuples(st.just("taint"), st.integers(0, 5), st.booleans(), st.just(0)),
     st.tuples(st.just("drain"), st.integers(0, 5), st.booleans(), st.just(0)),
+    st.tuples(st.just("leave"), st.integers(0, 5), st.just(0), st.just(0)),  # "report": back
 )
 
 
@@ -78,6 +79,8 @@ def replies(svc: SchedulingService, shape: str | None, fresh: bool = False) -> l
 # every agent silent past stale_after, then one back with the same numbers (no change
 # logged): the cached plans, the subset prioritize took from filter's too, re-check it
 @example(ops=[("time", 40, 0, 0), ("time", 40, 0, 0), ("report", 1, 0, 0)])
+# a node leaves and another takes its row, then the first comes back on a new one
+@example(ops=[("leave", 1, 0, 0), ("use", 2, 0, 9), ("report", 1, 0, 0), ("use", 1, 1, 20)])
 def test_plans_match_a_fresh_evaluation(tmp_path: Path, ops: list[tuple]) -> None:
     clock = ManualClock()
     ledger = open_ledger(str(tmp_path / f"l{abs(hash(tuple(ops)))}.db"), clock)
@@ -122,6 +125,8 @@ def test_plans_match_a_fresh_evaluation(tmp_path: Path, ops: list[tuple]) -> Non
             svc.inventory.update_facts(facts_from_labels(NODES[a], labels, taints))
         elif kind == "drain":
             svc.inventory.set_draining(NODES[a], bool(b))
+        elif kind == "leave":  # the Node was deleted; its row is freed for the next to come
+            svc.inventory.remove_node(NODES[a])
         for shape in SHAPES:
             cached = replies(svc, shape)
             kept = svc.plans

@@ -154,13 +154,7 @@ def ask_of(demand: GpuDemand) -> int:
 def _chosen_fill(total, committed, ask, slots):  # numba infers the types
     out = np.zeros(slots.shape[1])
     for n in range(slots.shape[1]):
-        t, used = 0, 0
-        for k in range(slots.shape[0]):
-            g = slots[k, n]
-            unit = total[g, n] if ask == WHOLE else ask
-            t += total[g, n]
-            used += min(total[g, n], committed[g, n] + unit)
-        out[n] = used / t if t > 0 else 0.0
+        out[n] = chosen_fill_at(total, committed, ask, slots, n, n)
     return out
 
 
@@ -168,12 +162,31 @@ def _chosen_fill(total, committed, ask, slots):  # numba infers the types
 def _node_fill(total, node_total, node_committed, ask, slots):  # numba infers the types
     out = np.zeros(slots.shape[1])
     for n in range(slots.shape[1]):
-        added = 0
-        for k in range(slots.shape[0]):
-            added += total[slots[k, n], n] if ask == WHOLE else ask
-        t = node_total[n]
-        out[n] = min(1.0, (node_committed[n] + added) / t) if t > 0 else 0.0
+        out[n] = node_fill_at(total, node_total, node_committed, ask, slots, n, n)
     return out
+
+
+@kernel
+def chosen_fill_at(total, committed, ask, slots, n, r):  # numba infers the types
+    """``policy.chosen_fill_after`` of row r, its chosen slots in column n of ``slots``
+    (kernels that read rows in place have n != r)."""
+    t, used = 0, 0
+    for k in range(slots.shape[0]):
+        g = slots[k, n]
+        unit = total[g, r] if ask == WHOLE else ask
+        t += total[g, r]
+        used += min(total[g, r], committed[g, r] + unit)
+    return used / t if t > 0 else 0.0
+
+
+@kernel
+def node_fill_at(total, node_total, node_committed, ask, slots, n, r):  # numba infers types
+    """``policy.node_fill_after`` of row r, its chosen slots in column n of ``slots``."""
+    added = 0
+    for k in range(slots.shape[0]):
+        added += total[slots[k, n], r] if ask == WHOLE else ask
+    t = node_total[r]
+    return min(1.0, (node_committed[r] + added) / t) if t > 0 else 0.0
 
 
 @warms

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -21,7 +22,7 @@ from extender.scoring.compiled import kernel, warms
 from extender.scoring.cost import Floats, cost_of
 from extender.scoring.fit import fitting_gpus, shortfall_reason
 from extender.scoring.model import GpuView, NodeView
-from extender.scoring.policy import Context, Policy
+from extender.scoring.policy import Context, Policy, RowEvaluator
 
 SPOT = "spot"
 Bools = npt.NDArray[np.bool_]
@@ -87,6 +88,21 @@ def evaluate_batch(
     return fits, raw
 
 
+def evaluate_rows(
+    batch: GpuBatch, rows: Ints, demand: GpuDemand, policy: Policy, ctx: Context
+) -> tuple[Bools, Floats]:
+    """``evaluate_batch`` for these rows of the batch (-1: an unavailable node, which never
+    fits), for plain demands. A policy with a compiled evaluation reads them in place;
+    for the others they are taken first."""
+    if hasattr(policy, "evaluate_rows"):  # isinstance on a runtime Protocol: 3-10 us
+        return cast(RowEvaluator, policy).evaluate_rows(batch, rows, demand, ctx)
+    fits, raw = np.zeros(len(rows), dtype=bool), np.zeros(len(rows))
+    at = np.flatnonzero(rows >= 0)
+    if at.size:
+        fits[at], raw[at] = evaluate_batch(batch.take(rows[at]), demand, policy, ctx)
+    return fits, raw
+
+
 def _never_fits(node: NodeView, demand: GpuDemand, ctx: Context) -> bool:
     """True when even an empty node could not host the pod (so preempting cannot help)."""
     if demand.mig_profile:
@@ -104,11 +120,12 @@ def blended_array(raw: Floats, fits: Bools, prices: Floats, weights: Weights) ->
     min-max normalised over the fitting nodes (all 1 when equal), blended with the cost
     term (``cost.cost_of`` over the fitting nodes) by the weights. Compiled: the
     filter does this for every candidate, and again after every report round."""
-    return _blend(raw, fits, prices, float(weights.policy), float(weights.cost))
+    return blend_kernel(raw, fits, prices, float(weights.policy), float(weights.cost))
 
 
 @kernel
-def _blend(raw, fits, prices, w_policy, w_cost):  # numba infers the types
+def blend_kernel(raw, fits, prices, w_policy, w_cost):  # numba infers the types
+    """``blended_array``'s body, for kernels that blend and go on."""
     out = np.full(raw.shape[0], np.nan)
     lo, hi, p_lo, p_hi, any_fit = np.inf, -np.inf, np.inf, -np.inf, False
     for i in range(raw.shape[0]):

@@ -20,9 +20,17 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from extender.scoring.batch import Ints
 from extender.scoring.compiled import kernel, warms
 from extender.scoring.cost import Floats
-from extender.scoring.framework import Bools, Evaluation, Weights, as_arrays, blended_array
+from extender.scoring.framework import (
+    Bools,
+    Evaluation,
+    Weights,
+    as_arrays,
+    blend_kernel,
+    blended_array,
+)
 from extender.scoring.framework import blended as blended
 
 EPSILON = 0.02  # in blended units (0..1); the scheduler's integer step is 0.1
@@ -54,9 +62,34 @@ def _within(b: Floats, epsilon: float) -> Bools:
     return mask
 
 
+def passing(raw: Floats, fits: Bools, prices: Floats, weights: Weights,
+            epsilon: float = EPSILON, keep: int = KEEP) -> Ints:
+    """Positions the filter passes, ascending: ``narrow_mask`` of ``blended_array``. With
+    the default ``keep`` one compiled call (the filter does this over every candidate
+    after every report round; as four calls it cost twice as much)."""
+    if keep == 1:
+        return _passing(raw, fits, prices, float(weights.policy), float(weights.cost),
+                        float(epsilon))
+    return np.flatnonzero(narrow_mask(blended_array(raw, fits, prices, weights), epsilon, keep))
+
+
+@kernel
+def _passing(raw: Floats, fits: Bools, prices: Floats, w_policy: float, w_cost: float,
+             epsilon: float) -> Ints:
+    mask = _within(blend_kernel(raw, fits, prices, w_policy, w_cost), epsilon)
+    out = np.empty(int(mask.sum()), dtype=np.int64)
+    k = 0
+    for i in range(len(mask)):
+        if mask[i]:
+            out[k] = i
+            k += 1
+    return out
+
+
 @warms
 def _warm_up() -> None:
     narrow_mask(np.array([0.5, np.nan]))
+    passing(np.zeros(2), np.ones(2, dtype=bool), np.zeros(2), Weights())
 
 
 def narrow(
@@ -69,5 +102,4 @@ def narrow(
     """Names the filter should pass (``narrow_mask`` by name). Empty only if none fits."""
     names = list(evals)
     raw, fits, price = as_arrays([evals[n] for n in names], [prices.get(n) for n in names])
-    mask = narrow_mask(blended_array(raw, fits, price, weights), epsilon, keep)
-    return {n for n, keep_it in zip(names, mask, strict=True) if keep_it}
+    return {names[i] for i in passing(raw, fits, price, weights, epsilon, keep).tolist()}

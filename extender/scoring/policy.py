@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from extender.demand import GpuDemand
-from extender.scoring.batch import Bools, Floats, GpuBatch
+from extender.scoring.batch import Bools, Floats, GpuBatch, Ints
 from extender.scoring.fit import unit_mib
 from extender.scoring.model import GpuView, Limits, NodeView
 
@@ -47,6 +47,19 @@ class Policy(Protocol):
         """``score(place(...))`` for every row of a batch of nodes that fit a plain
         (non-MIG) demand; ``hold`` marks the slots that can hold one unit. Must equal
         the per-node methods exactly: the per-node code is the reference."""
+        ...
+
+
+class RowEvaluator(Protocol):
+    """What a policy with a compiled evaluation adds: ``evaluate_batch`` for some rows of
+    a batch, read in place (no ``take``) — the filter evaluates rows of the inventory's
+    columns. Optional: the framework takes the rows for policies without it."""
+
+    def evaluate_rows(
+        self, batch: GpuBatch, rows: Ints, demand: GpuDemand, ctx: Context
+    ) -> tuple[Bools, Floats]:
+        """(fits, raw) per row (-1: unavailable, never fits; raw 0 where it does not
+        fit), exactly ``evaluate_batch(batch.take(rows))`` for the available rows."""
         ...
 
 

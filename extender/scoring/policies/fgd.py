@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from extender.demand import GpuDemand
 from extender.scoring import batch as nb
 from extender.scoring.fit import unit_mib
-from extender.scoring.fragmentation import greedy_place
+from extender.scoring.fragmentation import greedy_scores
 from extender.scoring.model import GpuView, Limits, NodeView
 from extender.scoring.policy import Context, Shape, by_index
 
@@ -123,5 +123,9 @@ class Fgd:
     def score_batch(
         self, b: nb.GpuBatch, demand: GpuDemand, hold: nb.Bools, ctx: Context
     ) -> nb.Floats:
-        _, before, after = greedy_place(b, demand, hold, ctx.limits, ctx.mix, tie_by_free=False)
-        return -(after - before) / 1024
+        return self.evaluate_rows(b, None, demand, ctx)[1]  # hold: the kernel's own test
+
+    def evaluate_rows(
+        self, b: nb.GpuBatch, rows: nb.Ints | None, demand: GpuDemand, ctx: Context
+    ) -> tuple[nb.Bools, nb.Floats]:
+        return greedy_scores(b, rows, demand, ctx.limits, ctx.mix, tie_by_free=False, tie=0.0)

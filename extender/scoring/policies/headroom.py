@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from extender.demand import GpuDemand
 from extender.scoring import batch as nb
 from extender.scoring.fit import unit_mib
-from extender.scoring.fragmentation import greedy_place
+from extender.scoring.fragmentation import greedy_scores
 from extender.scoring.model import GpuView, NodeView
 from extender.scoring.policies.fgd import State, node_state
 from extender.scoring.policy import Context, Shape, by_index, chosen_fill_after, node_fill_after
@@ -82,12 +82,12 @@ class Headroom:
     def score_batch(
         self, b: nb.GpuBatch, demand: GpuDemand, hold: nb.Bools, ctx: Context
     ) -> nb.Floats:
-        slots, before, after = greedy_place(b, demand, hold, ctx.limits, ctx.mix,
-                                            tie_by_free=True)
-        fill = 0.5 * nb.chosen_fill_after(b, demand, slots) + 0.5 * nb.node_fill_after(
-            b, demand, slots
-        )
-        return -((after - before) / 1024) + TIE * fill
+        return self.evaluate_rows(b, None, demand, ctx)[1]  # hold: the kernel's own test
+
+    def evaluate_rows(
+        self, b: nb.GpuBatch, rows: nb.Ints | None, demand: GpuDemand, ctx: Context
+    ) -> tuple[nb.Bools, nb.Floats]:
+        return greedy_scores(b, rows, demand, ctx.limits, ctx.mix, tie_by_free=True, tie=TIE)
 
 
 def _taken(state: State, i: int, gpu: GpuView, demand: GpuDemand, ctx: Context) -> tuple[int, bool]:
