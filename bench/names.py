@@ -1,7 +1,8 @@
 """A candidate list in a new order, read into positions: JSON decode + dict lookups of the
-fresh strings (what plans did before) against ``NameIndex.read`` (``extender/namebytes``),
-for three naming schemes, with caches warm and with them flushed between reads (as in
-the server, where the scheduler's process runs between two requests).
+fresh strings (what plans did before) against ``NameIndex.read_ids`` (``extender/namebytes``:
+ids, the strings left in the index until asked for, as the server reads a list), for
+three naming schemes, with caches warm and with them flushed between reads (as in the
+server, where the scheduler's process runs between two requests).
 
     .venv/bin/python bench/names.py [--nodes 5000] [--reads 300]
 
@@ -63,7 +64,7 @@ def row(scheme: str, nodes: int, reads: int) -> list[str]:
 
     out = [scheme, f"{len(bodies[0]) / 1024:.0f}"]
     for flush in (False, True):
-        before, after = timed(old, bodies, flush), timed(index.read, bodies, flush)
+        before, after = timed(old, bodies, flush), timed(index.read_ids, bodies, flush)
         out += [f"{before:.0f}", f"{after:.0f}", f"{after / before:.2f}"]
     return out
 

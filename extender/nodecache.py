@@ -25,6 +25,7 @@ decodes only the few it does not know.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from typing import cast, overload
 
@@ -42,6 +43,7 @@ _META = b'"metadata":{'
 Key = bytes | int  # a head, or the hash of the whole object
 Entry = tuple[str, bytes, NodeFacts]  # name, its JSON string, facts
 MAX_NEW = 64  # unknown items decoded one by one in a walk; more: the whole body at once
+RECENT = 4  # candidate lists remembered (filter's and prioritize's, a few pods' worth)
 _syntax = msgspec.json.Decoder(msgspec.Raw)  # validates JSON, builds nothing
 
 
@@ -85,8 +87,11 @@ class NodeObjectCache:
         self._applied: dict[str, Entry] = {}  # node name -> the object applied last
         self._apply = apply
         self._capacity = capacity
-        # the last list: its entries and names, valid while nothing else was applied
-        self._last: tuple[list[Entry], NameList] | None = None
+        # recent lists (filter's and prioritize's alternate): entries, names, and the
+        # count of facts applications when every entry of theirs was the one applied
+        self._recent: OrderedDict[tuple[int, ...], tuple[list[Entry], NameList, int]] = (
+            OrderedDict())
+        self._applications = 0
         self._bytes = ByteIndex()
         self._by_id: list[Entry] = []  # ByteIndex id -> entry
         self._indexed: set[int] = set()  # id() of entries whose bytes are in the index
@@ -115,10 +120,13 @@ class NodeObjectCache:
         return self._named(entries, complete)
 
     def _named(self, entries: list[Entry], complete: bool) -> Sequence[str]:
-        last, self._last = self._last, None
-        if last is not None and entries == last[0]:  # compared by identity per item: fast
-            self._last = last
-            return last[1]
+        key = (len(entries), id(entries[0]), id(entries[-1])) if entries else (0,)
+        seen = self._recent.get(key)
+        if seen is not None and seen[0] != entries:  # compared by identity per item: fast
+            seen = None
+        if seen is not None and seen[2] == self._applications:  # nothing applied since
+            self._recent.move_to_end(key)
+            return seen[1]
         names = [name for name, _, _ in entries]
         if "" in names:
             raise msgspec.ValidationError(f"Nodes.items[{names.index('')}] has no metadata.name")
@@ -127,9 +135,13 @@ class NodeObjectCache:
             if applied.get(entry[0]) is not entry:
                 self._apply(entry[2])
                 applied[entry[0]] = entry
-        listed = NameList(names, names_key(names))
+                self._applications += 1
+        listed = seen[1] if seen is not None else NameList(names, names_key(names))
         if complete:  # every object now known by its head: the next call can compare them
-            self._last = (entries, listed)
+            self._recent[key] = (entries, listed, self._applications)
+            self._recent.move_to_end(key)
+            while len(self._recent) > RECENT:
+                self._recent.popitem(last=False)
         return listed
 
     def walk(self, body: bytes, start: int) -> tuple[WalkedNodes, int] | None:
@@ -218,7 +230,7 @@ class NodeObjectCache:
         if len(self._entries) >= self._capacity:
             self._entries.clear()
             self._applied.clear()
-            self._last = None
+            self._recent.clear()
             self._forget_bytes()
         entry: Entry = (name, msgspec.json.encode(name), facts_from_node(node))
         head = data[:HEAD]

@@ -134,5 +134,9 @@ def test_the_same_objects_again_give_the_same_list_and_apply_nothing() -> None:
     assert cache.names(raws(a, b2)) == ["a", "b"]
     assert seen.applied[-1].capacity_type == "spot"
     again = cache.names(raws(a, b))  # b's older object: its facts are applied again
-    assert again == ["a", "b"] and again is not first
+    assert again == ["a", "b"]
     assert seen.applied[-1].capacity_type == "on-demand" and len(seen.applied) == 4
+    # filter's list and prioritize's (the ones that passed) alternate: both are kept
+    passed = cache.names(raws(b))
+    assert cache.names(raws(a, b)) is again and cache.names(raws(b)) is passed
+    assert len(seen.applied) == 4
