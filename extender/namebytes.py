@@ -240,6 +240,10 @@ class NameIndex:
             return ids, self._strings
         return None
 
+    def pool(self) -> np.ndarray:
+        """The strings by id, as ``read_ids`` gives them (never written below ``count``)."""
+        return self._strings
+
     def ids_of(self, names: Sequence[str]) -> np.ndarray | None:
         """Ids of names already decoded (a Nodes list, a caller's own list); None when a
         name is not plain."""

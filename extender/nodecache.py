@@ -32,6 +32,7 @@ from typing import cast, overload
 import msgspec
 import numpy as np
 
+from extender.namebytes import NameIndex
 from extender.namelists import NameList, names_key
 from extender.nodebytes import FOUND_ALL, FULL, ByteIndex, value_end
 from extender.nodefacts import NodeFacts, facts_from_node
@@ -76,13 +77,16 @@ class ItemSlices(Sequence[memoryview]):
 
 
 class WalkedNodes(RawNodeList, kw_only=True):
-    """``Nodes`` of a body walked by bytes: items as slices, each already resolved."""
+    """``Nodes`` of a body walked by bytes: items as slices, each already resolved (its
+    entry, and the id its bytes have in the node cache's byte index)."""
 
     entries: list[Entry] = msgspec.field(default_factory=list)
+    byte_ids: np.ndarray | None = None
 
 
 class NodeObjectCache:
-    def __init__(self, apply: Callable[[NodeFacts], None], capacity: int = 50_000) -> None:
+    def __init__(self, apply: Callable[[NodeFacts], None], capacity: int = 50_000,
+                 index: NameIndex | None = None) -> None:
         self._entries: dict[Key, Entry] = {}
         self._applied: dict[str, Entry] = {}  # node name -> the object applied last
         self._apply = apply
@@ -98,6 +102,11 @@ class NodeObjectCache:
         self._generation = 0  # bumped whenever the byte index is cleared
         self._ids = np.zeros(1024, np.int64)
         self._starts = np.zeros(1024, np.int64)
+        # byte index id -> the node name's id in ``index`` (-1: not looked up yet), valid
+        # while the index has the token it had then: lists come out as ids (see _listed)
+        self._name_index = index
+        self._name_ids = np.full(1024, -1, np.int64)
+        self._name_token: object = None
 
     def names(self, nodes: RawNodeList) -> Sequence[str]:
         """Every node's name; all items are read before any facts are applied, so a bad
@@ -105,7 +114,7 @@ class NodeObjectCache:
         of the last call give the very same list back (a ``NameList``: the plan and row
         caches then know it by identity)."""
         if isinstance(nodes, WalkedNodes):
-            return self._named(nodes.entries, True)
+            return self._named(nodes.entries, True, nodes.byte_ids)
         raws = nodes.items
         heads = [bytes(memoryview(raw)[:HEAD]) for raw in raws]
         found = list(map(self._entries.get, heads))
@@ -119,7 +128,8 @@ class NodeObjectCache:
         self._index_bytes(raws, entries)
         return self._named(entries, complete)
 
-    def _named(self, entries: list[Entry], complete: bool) -> Sequence[str]:
+    def _named(self, entries: list[Entry], complete: bool,
+               byte_ids: np.ndarray | None = None) -> Sequence[str]:
         key = (len(entries), id(entries[0]), id(entries[-1])) if entries else (0,)
         seen = self._recent.get(key)
         if seen is not None and seen[0] != entries:  # compared by identity per item: fast
@@ -127,22 +137,55 @@ class NodeObjectCache:
         if seen is not None and seen[2] == self._applications:  # nothing applied since
             self._recent.move_to_end(key)
             return seen[1]
-        names = [name for name, _, _ in entries]
-        if "" in names:
-            raise msgspec.ValidationError(f"Nodes.items[{names.index('')}] has no metadata.name")
+        listed = seen[1] if seen is not None else self._listed(entries, byte_ids)
         applied = self._applied
         for entry in entries:  # one entry object per distinct node object
             if applied.get(entry[0]) is not entry:
                 self._apply(entry[2])
                 applied[entry[0]] = entry
                 self._applications += 1
-        listed = seen[1] if seen is not None else NameList(names, names_key(names))
         if complete:  # every object now known by its head: the next call can compare them
             self._recent[key] = (entries, listed, self._applications)
             self._recent.move_to_end(key)
             while len(self._recent) > RECENT:
                 self._recent.popitem(last=False)
         return listed
+
+    def _listed(self, entries: list[Entry], byte_ids: np.ndarray | None) -> NameList:
+        """The entries' names as a list: read by id when the walk gave byte ids (plans
+        line lists up by ids; making 5,000 strings, hashing them for a key and reading
+        them back through JSON into ids cost ~1.5 ms a shuffled list), else made."""
+        ids = self._name_ids_of(byte_ids) if byte_ids is not None else None
+        if ids is not None and self._name_index is not None:
+            key = ("node ids", len(ids), ids[:32].tobytes(), ids[-32:].tobytes())
+            return NameList.of_ids(ids, self._name_index.pool(), key, self._name_index.token)
+        names = [name for name, _, _ in entries]
+        if "" in names:
+            raise msgspec.ValidationError(f"Nodes.items[{names.index('')}] has no metadata.name")
+        return NameList(names, names_key(names))
+
+    def _name_ids_of(self, byte_ids: np.ndarray) -> np.ndarray | None:
+        """The names' ids for these byte ids, looked up in the index once per object;
+        None when there is no index or a name is not plain (an empty one included)."""
+        index = self._name_index
+        if index is None:
+            return None
+        if self._name_token is not index.token:  # cleared since: every id is void
+            self._name_ids[:] = -1
+            self._name_token = index.token
+        if len(self._name_ids) < len(self._by_id):
+            grown = np.full(2 * len(self._by_id), -1, np.int64)
+            grown[:len(self._name_ids)] = self._name_ids
+            self._name_ids = grown
+        got = self._name_ids[byte_ids]
+        if (got < 0).any():
+            new = np.unique(byte_ids[got < 0])
+            ids = index.ids_of([self._by_id[i][0] for i in new.tolist()])
+            if ids is None or self._name_token is not index.token:  # not plain, or cleared
+                return None
+            self._name_ids[new] = ids
+            got = self._name_ids[byte_ids]
+        return got
 
     def walk(self, body: bytes, start: int) -> tuple[WalkedNodes, int] | None:
         """The items of the array that opens just before ``start``, found by their bytes,
@@ -178,7 +221,7 @@ class NodeObjectCache:
         ends = starts + self._bytes.lengths(ids)
         entries = [self._by_id[i] for i in ids.tolist()]
         return WalkedNodes(items=cast(list[msgspec.Raw], ItemSlices(body, starts, ends)),
-                           entries=entries), p
+                           entries=entries, byte_ids=ids.copy()), p
 
     def _learn(self, data: bytes) -> int | None:
         """Validate one unknown item and index it: its id, or None when it is not valid
@@ -209,6 +252,7 @@ class NodeObjectCache:
 
     def _forget_bytes(self) -> None:
         self._generation += 1
+        self._name_ids[:] = -1  # byte ids start again
         self._bytes.clear()
         self._by_id.clear()
         self._indexed.clear()

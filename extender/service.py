@@ -118,7 +118,7 @@ class SchedulingService:
         self.mix = WorkloadMix()
         self.names = NameIndex()  # node names -> ids, shared with the request decoder
         self.plans = Plans(self.names)
-        self.node_objects = NodeObjectCache(self.inventory.update_facts)
+        self.node_objects = NodeObjectCache(self.inventory.update_facts, index=self.names)
         # edges plug in here: Kubernetes Events / metrics for pods that fit nowhere, and a
         # lookup of pods bind was not shown by filter (the watch cache after a restart)
         self.unplaceable_hooks: list[Callable[[PodRef, dict[str, str]], None]] = [

@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.namelists import ArgsDecoder
+from extender.namebytes import NameIndex
+from extender.namelists import ArgsDecoder, NameList
 from extender.nodebytes import FOUND_ALL, HASHED, MISS, PROBES, ByteIndex, value_end
 from extender.nodecache import MAX_NEW, NodeObjectCache, WalkedNodes
 from extender.nodefacts import NodeFacts
@@ -46,8 +47,9 @@ class Side:
 
     def __init__(self, walk: bool = True) -> None:
         self.applied: list[NodeFacts] = []
-        self.cache = NodeObjectCache(self.applied.append)
-        self.decoder = ArgsDecoder(nodes=self.cache if walk else None)
+        self.index = NameIndex()  # one for both, as the service shares its own
+        self.cache = NodeObjectCache(self.applied.append, index=self.index)
+        self.decoder = ArgsDecoder(nodes=self.cache if walk else None, index=self.index)
 
     def read(self, data: bytes) -> tuple[ExtenderArgs, list[str], list[bytes]]:
         args = self.decoder.decode(data)
@@ -65,6 +67,28 @@ def test_a_go_shaped_body_is_walked_and_reads_like_the_whole_decode() -> None:
         assert isinstance(args.Nodes, WalkedNodes)
         assert args.Pod == want_args.Pod and names == want_names and items == want_items
     assert items == [msgspec.json.encode(n) for n in nodes[5:12]]  # echoed byte for byte
+
+
+def test_walked_lists_come_as_name_ids_whatever_the_index_went_through() -> None:
+    """A walked list is read by ids (no strings made): the same names in any order, ids
+    that are the index's own, and right again after the index was cleared."""
+    side = Side()
+    nodes = [node(f"n{i}") for i in range(30)]
+    _, names, _ = side.read(body(nodes))
+    _, shuffled, _ = side.read(body(nodes[::-1]))
+    assert isinstance(shuffled, NameList) and shuffled.ids is not None
+    assert list(shuffled) == [f"n{i}" for i in range(29, -1, -1)] and names == shuffled[::-1]
+    want = side.index.ids_of([f"n{i}" for i in range(29, -1, -1)])
+    assert want is not None and shuffled.ids.tolist() == want.tolist()
+    side.index.clear()
+    side.index.read(msgspec.json.encode(["other", "n7"]))  # ids move
+    _, again, _ = side.read(body(nodes[::2]))
+    assert list(again) == [f"n{i}" for i in range(0, 30, 2)]
+    assert isinstance(again, NameList) and again.token is side.index.token
+    want = side.index.ids_of([f"n{i}" for i in range(0, 30, 2)])
+    assert want is not None and again.ids is not None
+    assert again.ids.tolist() == want.tolist() and min(want.tolist()) == 2  # after the two
+    assert again[4] == "n8" and len(side.applied) == 30  # nothing applied again
 
 
 def test_changed_and_new_nodes_are_decoded_and_their_facts_applied() -> None:
