@@ -46,8 +46,9 @@ def test_after_warm_up_requests_compile_nothing_more() -> None:
     from extender.scoring.model import GpuView, NodeView
 
     compiled.warm_up()
-    kernels = [fragmentation._greedy, blend_kernel, batch._chosen_fill, batch._node_fill,
-               columns._read, columns._changed, narrowing._passing, plans._merge, plans._positions]
+    kernels = [fragmentation._greedy, fragmentation._greedy_one, blend_kernel,
+               batch._chosen_fill, batch._node_fill, columns._read, columns._changed,
+               narrowing._passing, plans._merge, plans._positions]
     before = [len(k.signatures) for k in kernels]
     lim = Limits()
     nodes = [NodeView(f"n{i}", tuple(GpuView(f"g{i}{j}", j, "A10G", 24_576, 1000 * i * j)

