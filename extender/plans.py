@@ -56,6 +56,7 @@ class Outcome:
 Evaluate = Callable[[Sequence[str], Ints | None], Outcome]
 # Positions of a plan whose nodes changed since it was made; None: it must be rebuilt
 Changed = Callable[["Plan"], Ints | None]
+_NONE = np.zeros(0, dtype=np.int64)
 
 
 @dataclass
@@ -170,7 +171,9 @@ class Plans:
         """Brings the plan up to date; False if it cannot be (it must be rebuilt)."""
         if now > plan.fresh_until:
             return False
-        redo = changed(plan)
+        # nothing written since (every write, a node's arrival or departure too, takes a
+        # new change number): no pass over the stamps
+        redo = _NONE if plan.seq == seq else changed(plan)
         if redo is None:  # nodes came or went: its rows are void
             return False
         _patch(plan, redo, seq, evaluate, stale_after)
@@ -183,45 +186,54 @@ def _subset(parent: Plan, names: Sequence[str], index: NameIndex) -> Plan | None
     ids, where = name_ids(index, names), parent.where(index)
     if ids is None or where is None:
         return None
-    at = np.empty(len(ids), dtype=np.int64)  # our position -> the parent's
-    back = np.full(len(parent.names), -1, dtype=np.int64)  # the parent's -> ours
-    if not _positions(where, ids, at, back):
+    ok, back, fits, raw, price, rows = _take_by_ids(where, ids, parent.fits, parent.raw,
+                                                    parent.price, parent.rows)
+    if not ok:
         return None
-    failures = {int(back[p]): f for p, f in parent.failures.items() if back[p] >= 0}
+    failures = {}
+    if parent.failures:
+        ours = back.tolist()  # a list: numpy scalar indexing per failure costs 10x more
+        failures = {ours[p]: f for p, f in parent.failures.items() if ours[p] >= 0}
     down = back[parent.unavailable]
     return Plan(
         names=names,
-        fits=parent.fits[at],
-        raw=parent.raw[at],
-        price=parent.price[at],
+        fits=fits,
+        raw=raw,
+        price=price,
         failures=failures,
         seq=parent.seq,
         fresh_until=parent.fresh_until,
         unavailable=np.sort(down[down >= 0]),
-        rows=parent.rows[at],
+        rows=rows,
         layout=parent.layout,
         source=(parent, back),
     )
 
 
 @kernel
-def _positions(where: Ints, ids: Ints, at: Ints, back: Ints) -> bool:
-    """Each id's position in the plan, into ``at``, and the other way round into
-    ``back`` (-1 filled: a plan position no id names); False if an id is not in the plan
-    or two ids share a position."""
-    for k in range(len(ids)):
+def _take_by_ids(where: Ints, ids: Ints, fits: Bools, raw: Floats, price: Floats,
+                 rows: Ints) -> tuple[bool, Ints, Bools, Floats, Floats, Ints]:
+    """The parent's entries for these ids, in their order, and where each parent position
+    went (``back``, -1: not taken); False if an id is not in the parent or two ids share
+    a position. One pass instead of a lookup and four gathers."""
+    n = len(ids)
+    back = np.full(len(fits), -1, dtype=np.int64)
+    out_fits, out_raw = np.empty(n, dtype=np.bool_), np.empty(n)
+    out_price, out_rows = np.empty(n), np.empty(n, dtype=np.int64)
+    for k in range(n):
         i = ids[k]
         if i >= len(where) or where[i] < 0 or back[where[i]] >= 0:
-            return False
-        at[k] = where[i]
-        back[where[i]] = k
-    return True
+            return False, back, out_fits, out_raw, out_price, out_rows
+        at = where[i]
+        back[at] = k
+        out_fits[k], out_raw[k], out_price[k], out_rows[k] = fits[at], raw[at], price[at], rows[at]
+    return True, back, out_fits, out_raw, out_price, out_rows
 
 
 @warms
 def _compile() -> None:
     one, yes = np.zeros(1, np.int64), np.ones(1, dtype=bool)
-    _positions(one, one, one, np.full(1, -1, np.int64))
+    _take_by_ids(one, one, yes, np.zeros(1), np.zeros(1), one)
     _merge(yes, np.zeros(1), np.zeros(1), one, yes, np.zeros(1), np.zeros(1), np.zeros(1),
            np.zeros(1, np.int64))
 

@@ -48,7 +48,7 @@ def test_after_warm_up_requests_compile_nothing_more() -> None:
     compiled.warm_up()
     kernels = [fragmentation._greedy, fragmentation._greedy_one, blend_kernel,
                batch._chosen_fill, batch._node_fill, columns._read, columns._changed,
-               narrowing._passing, plans._merge, plans._positions]
+               narrowing._passing, plans._merge, plans._take_by_ids]
     before = [len(k.signatures) for k in kernels]
     lim = Limits()
     nodes = [NodeView(f"n{i}", tuple(GpuView(f"g{i}{j}", j, "A10G", 24_576, 1000 * i * j)
