@@ -11,10 +11,11 @@ read by ``namebytes`` into ids, which plans line up with one array lookup.
 
 NameLists are shared between requests: nothing may mutate one.
 
-Nodes-mode bodies (full Node objects) are split by hand where Go's encoder wrote them
-exactly as kube-scheduler does: the Pod is decoded alone and the items are found by the
-node cache's ``walk`` (by their bytes), so the megabytes of Node JSON are never parsed
-again. Anything else is decoded whole, which also names what is wrong with it.
+Bodies are split by hand where Go's encoder wrote them exactly as kube-scheduler does:
+the Pod is decoded alone; a NodeNames list is looked up by its bytes as they stand (no
+JSON scan of 64 KiB first); Node items are found by the node cache's ``walk`` (by their
+bytes), so the megabytes of Node JSON are never parsed again. Anything else is decoded
+whole, which also names what is wrong with it.
 """
 
 from __future__ import annotations
@@ -140,6 +141,8 @@ _pod = msgspec.json.Decoder(Pod | None)
 _POD = b'{"Pod":'
 _ITEMS = b',"Nodes":{"metadata":{},"items":['
 _TAIL = b'},"NodeNames":null}'
+_NAMES = b',"Nodes":null,"NodeNames":'
+_CLOSE = ord("}")
 _SPACE = b" \t\r\n"
 _ENDS = 256  # bytes from each end of a name list that key it (the rest is compared)
 
@@ -161,6 +164,9 @@ class ArgsDecoder:
         self._last_pod: tuple[bytes, Pod | None] = (b"", None)
 
     def decode(self, body: bytes) -> ExtenderArgs:
+        split = self._split(body)
+        if split is not None:
+            return split
         walked = self._walked(body) if self._nodes is not None else None
         if walked is not None:
             return walked
@@ -183,6 +189,27 @@ class ArgsDecoder:
         pod = _pod.decode(data) if data else None
         self._last_pod = (data, pod)
         return pod
+
+    def _split(self, body: bytes) -> ExtenderArgs | None:
+        """A NodeNames body exactly as kube-scheduler writes it (``{"Pod":..,"Nodes":null,
+        "NodeNames":[..]}``), taken apart by hand: the Pod found by its braces and decoded
+        alone, the list's bytes looked up as they are. Spares a JSON scan of the whole
+        body (64 KiB at 5,000 names) on every filter. None (decode it whole, which also
+        names what is wrong) for anything else, a bad Pod or a bad list included."""
+        if not body.startswith(_POD):
+            return None
+        pod_end = value_end(np.frombuffer(body, np.uint8), len(_POD))
+        if pod_end < 0 or not body.startswith(_NAMES, pod_end):
+            return None
+        end = len(body.rstrip(_SPACE)) - 1
+        if end <= pod_end + len(_NAMES) or body[end] != _CLOSE:
+            return None
+        try:
+            pod = self.pod(body[len(_POD):pod_end])
+            names = self.names(body[pod_end + len(_NAMES):end])
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return None
+        return ExtenderArgs(Pod=pod, Nodes=None, NodeNames=names)
 
     def _walked(self, body: bytes) -> ExtenderArgs | None:
         assert self._nodes is not None

@@ -156,3 +156,38 @@ def test_a_list_read_by_id_gives_its_names_however_it_is_used() -> None:
     ids = name_ids(index, d)
     assert ids is not None and ids.tolist() == [50 - (i + 1) % 50 for i in range(50)]
     assert d[0] == "node-1" and d[49] == "node-0" and list(d) == names[1:] + names[:1]
+
+
+def go_body(pod: object, names: object) -> bytes:
+    """ExtenderArgs as kube-scheduler's encoding/json writes it in NodeNames mode."""
+    return msgspec.json.encode({"Pod": pod, "Nodes": None, "NodeNames": names})
+
+
+GOOD_POD = {"metadata": {"name": "p", "uid": "u"}, "spec": {"containers": [{"name": "c"}]}}
+
+
+@pytest.mark.parametrize("data", [
+    go_body(GOOD_POD, ["n1", "n2"]),
+    go_body(GOOD_POD, ["n1", "n2"]) + b"\n",
+    go_body(GOOD_POD, None),
+    go_body(GOOD_POD, []),
+    go_body({"metadata": {"name": "q", "annotations": {"x": "}{]["}}}, ["a\\u0062", "c"]),
+    go_body(GOOD_POD, ["n1"])[:-1] + b',"Extra":{"NodeNames":["z"]}}',
+    go_body(GOOD_POD, ["n1"])[:-1] + b',"NodeNames":["n2"]}',  # the key twice: the last
+])
+def test_go_shaped_bodies_split_by_hand_read_as_the_whole_decode(data: bytes) -> None:
+    assert ArgsDecoder().decode(data) == args_decoder.decode(data)
+
+
+@pytest.mark.parametrize("data", [
+    go_body({"metadata": {"name": 5}}, ["n1"]),  # a bad Pod
+    go_body(GOOD_POD, ["n1", ""]),  # a bad name
+    go_body(GOOD_POD, ["n1", 7]),
+    go_body(GOOD_POD, ["n1"]) + b"}",  # trailing garbage
+    go_body(GOOD_POD, ["n1"])[:-2] + b"}",  # the list not closed
+])
+def test_bad_go_shaped_bodies_fail_as_the_whole_decode_does(data: bytes) -> None:
+    with pytest.raises((msgspec.DecodeError, msgspec.ValidationError)) as whole:
+        args_decoder.decode(data)
+    with pytest.raises(type(whole.value), match=re.escape(str(whole.value))):
+        ArgsDecoder().decode(data)
