@@ -43,8 +43,7 @@ class Grant:
     memory_mib: int  # reserved on that GPU (a whole GPU reserves its total)
 
 
-@dataclass(slots=True)
-class _Node:
+class _Node(msgspec.Struct, gc=False):  # one per node, no cycles: see scoring.model
     facts: NodeFacts
     facts_from_report: bool = True
     gpus: tuple[MeasuredGpu, ...] = ()
