@@ -125,6 +125,12 @@ def safe_decode(decoder: Decoder, body: bytes) -> Any:
 
 def check_args(args: ExtenderArgs, max_nodes: int) -> None:
     """Bounds on a filter/prioritize body before the service sees it."""
+    if args.Nodes is not None and args.NodeNames is not None:
+        # kube-scheduler sends one (NodeNames when nodeCacheCapable): with both, which
+        # list a filter reply would echo is a guess, and a reply echoing the wrong one
+        # indexed an empty Nodes list (found by tests/reliability/test_fuzz_bodies.py)
+        raise Invalid(400, "request has both Nodes and NodeNames; send one (NodeNames "
+                           "when the extender is nodeCacheCapable, else Nodes)")
     names = args.NodeNames or []  # each 1..253 characters: checked by the decoder
     count = len(names) + (len(args.Nodes.items) if args.Nodes is not None else 0)
     if count > max_nodes:

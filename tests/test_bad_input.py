@@ -50,6 +50,19 @@ def test_missing_pod_and_bad_annotation_use_the_protocol_error(ext: Extender) ->
     assert ext.post("prioritize", {"NodeNames": ["n1"]}).status_code == 400
 
 
+@pytest.mark.parametrize("verb", ["filter", "prioritize"])
+@pytest.mark.parametrize("items", [[], [{"metadata": {"name": "n1"}}]])
+def test_both_nodes_and_node_names_are_refused(ext: Extender, verb: str, items: list) -> None:
+    """kube-scheduler sends one list or the other; with both, the reply could not say
+    which it answers (the fuzz test found a 500 here: a filter echoing an empty Nodes)."""
+    for pod in (gpu_pod("both", memory="1Gi"),
+                {"metadata": {"name": "dra", "namespace": "ml", "uid": "u-dra"},
+                 "spec": {"containers": [], "resourceClaims": [{}]}}):
+        r = ext.post(verb, {"Pod": pod, "Nodes": {"items": items}, "NodeNames": ["n1"]})
+        assert r.status_code == 400 and "both Nodes and NodeNames" in r.json()["Error"]
+    still_serving(ext)
+
+
 def test_a_100_mb_body_is_refused_with_413(ext: Extender) -> None:
     huge = b'{"Pod": {}, "NodeNames": ["' + b"x" * (100 * 1024 * 1024) + b'"]}'
     r = ext.post("filter", huge)
