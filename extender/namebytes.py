@@ -247,7 +247,7 @@ class NameIndex:
     def ids_of(self, names: Sequence[str]) -> np.ndarray | None:
         """Ids of names already decoded (a Nodes list, a caller's own list); None when a
         name is not plain."""
-        found = self.read(msgspec.json.encode(names))
+        found = self.read_ids(msgspec.json.encode(names))  # ids only: no strings made
         return None if found is None else found[0]
 
     def _new_names(self, data: bytes, ids: np.ndarray) -> list[bytes] | None:

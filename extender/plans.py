@@ -26,12 +26,11 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import overload
 
 import numpy as np
 
 from extender.namebytes import NameIndex
-from extender.namelists import name_ids, names_key, same_names
+from extender.namelists import name_ids, names_key, picked, same_names
 from extender.scoring.batch import Bools, Floats, Ints
 from extender.scoring.compiled import kernel, warms
 
@@ -244,7 +243,7 @@ def _patch(plan: Plan, changed: Ints, seq: int, evaluate: Evaluate, stale_after:
     redo = np.union1d(changed, plan.unavailable) if plan.unavailable.size else changed
     if not redo.size:
         return
-    new = evaluate(_Picked(plan.names, redo), plan.rows[redo])
+    new = evaluate(picked(plan.names, redo.tolist()), plan.rows[redo])
     failing = np.empty(len(redo), dtype=np.int64)
     differs, earliest, n = _merge(plan.fits, plan.raw, plan.price, redo, new.fits, new.raw,
                                   new.price, new.received, failing)
@@ -261,28 +260,6 @@ def _patch(plan: Plan, changed: Ints, seq: int, evaluate: Evaluate, stale_after:
         plan.source = None  # its answers are its own now, not the parent's reordered
     plan.unavailable = redo[np.isnan(new.received)]  # every one unavailable before is in redo
     plan.fresh_until = min(plan.fresh_until, earliest + stale_after)
-
-
-class _Picked(Sequence[str]):
-    """Some of a plan's names, by position, made into strings only when asked for (the
-    evaluation asks only about nodes that do not fit)."""
-
-    __slots__ = ("_at", "_names")
-
-    def __init__(self, names: Sequence[str], at: Ints) -> None:
-        self._names, self._at = names, at
-
-    def __len__(self) -> int:
-        return len(self._at)
-
-    @overload
-    def __getitem__(self, k: int) -> str: ...
-    @overload
-    def __getitem__(self, k: slice) -> list[str]: ...
-    def __getitem__(self, k: int | slice) -> str | list[str]:
-        if isinstance(k, slice):
-            return [self._names[i] for i in self._at[k].tolist()]
-        return self._names[int(self._at[k])]
 
 
 @kernel
