@@ -50,6 +50,7 @@ from extender.reports import (
     report_decoder,
     validate_report,
 )
+from extender.runtime import collect_due
 from extender.service import SchedulingService
 from extender.tokenreview import Identity, Refused, ReviewUnavailable
 from extender.webhook import WebhookPolicy, webhook_router
@@ -281,7 +282,9 @@ def create_app(
         except (msgspec.DecodeError, msgspec.ValidationError) as e:
             return _error(400, _decode_error(e))
         check_binding(args)
-        return Response(encoder.encode(service.bind(args)), media_type=JSON)
+        result = service.bind(args)
+        collect_due()  # a bind leaves objects alive: collected here, not in a filter
+        return Response(encoder.encode(result), media_type=JSON)
 
     @app.post("/bind", summary="kube-scheduler extender bind",
               openapi_extra=_body_schema(ExtenderBindingArgs, components),
@@ -340,6 +343,7 @@ def create_app(
                                  f"{who.node!r}; it may not report for node {node!r}"},
                                 status_code=403)
         response = service.report(report)  # type: ignore[arg-type]
+        collect_due()  # reports leave most of what stays alive: collected here
         return Response(encoder.encode(response), media_type=JSON)
 
     @app.post("/v1/pods/{uid}/release", summary="end a pod's allocations (standalone mode)",

@@ -16,6 +16,28 @@ def test_tune_runtime_sets_what_the_benchmarks_rely_on() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.split()
-    assert out[:3] == ["10000", "0.001", "True"]
+    assert out[:3] == ["50000", "0.001", "True"]  # automatic: a backstop (collect_due)
     if sys.platform == "linux":  # glibc here (Debian); musl has no mallopt
         assert out[3] == "True"
+
+
+def test_collect_due_runs_the_collection_cpythons_schedule_would_run_next() -> None:
+    """Reports and binds call it: young collections once ``young`` objects are new, the
+    middle generation after more than its threshold of young ones, as CPython would."""
+    code = (
+        "import gc\n"
+        "from extender.runtime import collect_due\n"
+        "gc.disable()\n"  # only collect_due collects
+        "gc.collect()\n"
+        "keep = []\n"
+        "done = [collect_due(young=1000)]\n"  # nothing new yet: none due
+        "for _ in range(12):\n"
+        "    keep.extend([] for _ in range(1500))\n"
+        "    done.append(collect_due(young=1000))\n"
+        "    assert gc.get_count()[0] < 1000\n"
+        "print(*done, gc.get_count()[2])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    # 11 young collections, then the 12th finds the middle generation due (10, default)
+    assert out == ["-1"] + ["0"] * 11 + ["1", "1"]

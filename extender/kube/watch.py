@@ -19,6 +19,7 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 from extender.retry import reconnecting
+from extender.runtime import collect_due
 
 log = logging.getLogger("headroom.kube.watch")
 
@@ -118,6 +119,7 @@ class Watcher(threading.Thread):
                 raise ApiException(status=code or 500, reason=str(obj))
             if kind != "BOOKMARK":
                 self.on_event(kind, obj)
+                collect_due()  # what the event left alive, collected on this thread
 
     def halt(self) -> None:
         self.stop_event.set()
