@@ -67,12 +67,12 @@ class NameList(Sequence[str]):
             self._names = self._pool[self.ids].tolist()
         return self._names
 
-    def pick(self, positions: list[int]) -> list[str]:
+    def pick(self, positions: list[int] | Ints) -> list[str]:
         """The names at these positions; for a list read by id, made in one array call
         (the filter's passing set can be hundreds of names: one by one, 0.1 ms)."""
         if self._names is None:
             return self._pool[self.ids[positions]].tolist()  # type: ignore[index]
-        return [self._names[i] for i in positions]
+        return _at(self._names, positions)
 
     def __len__(self) -> int:
         return len(self.ids) if self._names is None else len(self._names)  # type: ignore[arg-type]
@@ -103,11 +103,16 @@ class NameList(Sequence[str]):
         return f"NameList({self.as_list()!r})"
 
 
-def picked(names: Sequence[str], positions: list[int]) -> list[str]:
+def picked(names: Sequence[str], positions: list[int] | Ints) -> list[str]:
     """The names at these positions, from any list (``NameList.pick`` for ours)."""
     if isinstance(names, NameList):
         return names.pick(positions)
-    return [names[i] for i in positions]
+    return _at(names, positions)
+
+
+def _at(names: Sequence[str], positions: list[int] | Ints) -> list[str]:
+    at = positions.tolist() if isinstance(positions, np.ndarray) else positions
+    return [names[i] for i in at]
 
 
 def name_ids(index: NameIndex, names: Sequence[str]) -> Ints | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from decimal import ROUND_CEILING, Decimal, InvalidOperation
+from functools import lru_cache
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
@@ -33,12 +34,17 @@ def _number(s: str, original: str) -> Decimal:
     return value
 
 
+# Every filter reads its pod's quantities, and pods of one workload repeat the same few
+# strings ("1", "24Gi"): parsed once (Decimal arithmetic was ~1/10 of a filter's own
+# work at 5,000 nodes). Errors are raised, never cached.
+@lru_cache(maxsize=4096)
 def quantity_to_mib(text: str) -> int:
     """Bytes quantity to whole MiB, rounded up (a request is never shrunk)."""
     value = parse_quantity(text)
     return int((value / MIB).to_integral_value(rounding=ROUND_CEILING))
 
 
+@lru_cache(maxsize=4096)
 def quantity_to_int(text: str) -> int:
     value = parse_quantity(text)
     if value != value.to_integral_value():
