@@ -6,6 +6,13 @@ import subprocess
 import sys
 
 
+def _printed(code: str) -> list[str]:
+    """What ``code`` prints in a fresh interpreter (collector and malloc settings are
+    process-wide: a test must not change them under the others)."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True).stdout.split()
+
+
 def test_tune_runtime_sets_what_the_benchmarks_rely_on() -> None:
     code = (
         "import gc, sys\n"
@@ -14,8 +21,7 @@ def test_tune_runtime_sets_what_the_benchmarks_rely_on() -> None:
         "print(gc.get_threshold()[0], sys.getswitchinterval(), gc.get_freeze_count() > 0,"
         " tune_malloc())\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True).stdout.split()
+    out = _printed(code)
     assert out[:3] == ["50000", "0.001", "True"]  # automatic: a backstop (collect_due)
     if sys.platform == "linux":  # glibc here (Debian); musl has no mallopt
         assert out[3] == "True"
@@ -37,7 +43,6 @@ def test_collect_due_runs_the_collection_cpythons_schedule_would_run_next() -> N
         "    assert gc.get_count()[0] < 1000\n"
         "print(*done, gc.get_count()[2])\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True).stdout.split()
+    out = _printed(code)
     # 11 young collections, then the 12th finds the middle generation due (10, default)
     assert out == ["-1"] + ["0"] * 11 + ["1", "1"]
