@@ -118,7 +118,7 @@ class ExtenderArgs(msgspec.Struct):
 class ExtenderFilterResult(msgspec.Struct):
     """Filter reply. ``Nodes`` is written by hand (raw echo) in Nodes mode."""
 
-    NodeNames: list[str] | None = None
+    NodeNames: Sequence[str] | None = None  # decoded: a list; made: a list or ``NameList``
     FailedNodes: dict[str, str] = msgspec.field(default_factory=dict)
     FailedAndUnresolvableNodes: dict[str, str] = msgspec.field(default_factory=dict)
     Error: str = ""
@@ -173,7 +173,14 @@ preemption_decoder = msgspec.json.Decoder(ExtenderPreemptionArgs)
 node_decoder = msgspec.json.Decoder(Node)
 
 
-encoder = msgspec.json.Encoder()
+def _as_list(obj: object) -> object:
+    """Sequences msgspec does not know (``namelists.NameList``) are written as lists."""
+    if isinstance(obj, Sequence) and not isinstance(obj, str | bytes):
+        return list(obj)
+    raise NotImplementedError(f"cannot encode {type(obj).__name__}")
+
+
+encoder = msgspec.json.Encoder(enc_hook=_as_list)
 
 
 def encode_filter_result(

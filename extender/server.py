@@ -29,7 +29,7 @@ from extender.allocation import LedgerUnavailable
 from extender.audit import audit_router
 from extender.auth import Authenticator, TokenFile, bearer
 from extender.metrics import metrics_response
-from extender.namelists import ArgsDecoder
+from extender.namelists import ArgsDecoder, NameList
 from extender.protocol import (
     ExtenderArgs,
     ExtenderBindingArgs,
@@ -260,7 +260,10 @@ def create_app(
             result, passing = service.filter(args)  # type: ignore[arg-type]
         except (msgspec.DecodeError, msgspec.ValidationError) as e:  # a Nodes item
             return _error(400, f"malformed node in Nodes.items: {e}")
-        return Response(encode_filter_result(result, passing), media_type=JSON)
+        reply = encode_filter_result(result, passing)
+        if isinstance(result.NodeNames, NameList):  # prioritize's candidates, next
+            args_decoder.expect(result.NodeNames)
+        return Response(reply, media_type=JSON)
 
     @app.post("/prioritize", summary="kube-scheduler extender prioritize",
               openapi_extra=_body_schema(ExtenderArgs, components),

@@ -38,7 +38,7 @@ from extender.ledger.base import Ledger
 from extender.ledger_writer import LedgerWriter
 from extender.metrics import SCHEDULING
 from extender.namebytes import NameIndex
-from extender.namelists import picked
+from extender.namelists import passing_list
 from extender.nodecache import NodeObjectCache
 from extender.plans import Failure, Outcome, Plan, Plans
 from extender.podcache import PodCache, SeenPod
@@ -198,7 +198,7 @@ class SchedulingService:
         passed = cast(tuple[Ints, ExtenderFilterResult], done)[0]
         passing = np.sort(back[passed])  # a few: no pass over all
         result = _failed(plan)  # the same reasons, in this list's order
-        result.NodeNames = picked(plan.names, passing)
+        result.NodeNames = passing_list(plan.names, passing)
         return passing, result
 
     def _evaluated_outcome(
@@ -214,7 +214,7 @@ class SchedulingService:
             passing = narrowed(plan.raw, plan.fits, plan.price, self.config.weights, eps)
         else:
             passing = np.flatnonzero(plan.fits)
-        result.NodeNames = picked(plan.names, passing)
+        result.NodeNames = passing_list(plan.names, passing)
         return passing, result
 
     def _unplaceable(self, pod: Pod, result: ExtenderFilterResult) -> None:

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import msgspec
+import numpy as np
 import pytest
 
 from extender.binder import InProcessBinder
@@ -23,7 +24,7 @@ from extender.namelists import (
     same_names,
 )
 from extender.pricing import load_pricebook
-from extender.protocol import args_decoder
+from extender.protocol import ExtenderFilterResult, args_decoder, encoder
 from extender.scoring import policy_by_name
 from extender.service import SchedulingService
 
@@ -191,3 +192,28 @@ def test_bad_go_shaped_bodies_fail_as_the_whole_decode_does(data: bytes) -> None
         args_decoder.decode(data)
     with pytest.raises(type(whole.value), match=re.escape(str(whole.value))):
         ArgsDecoder().decode(data)
+
+
+def test_the_filters_passing_list_comes_back_without_a_read(monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    """kube-scheduler sends prioritize the nodes the filter passed, in the reply's order:
+    registered by the filter (``expect``), that body is recognised by its bytes and its
+    names come with their ids; the same names in another order are read as usual."""
+    index = NameIndex()
+    dec = ArgsDecoder(index=index)
+    candidates = dec.decode(body(["n-a", "n-b", "n-c", "n-d"])).NodeNames
+    assert isinstance(candidates, NameList)
+    passing = candidates.part(np.array([3, 1]))
+    assert passing == ["n-d", "n-b"]
+    assert msgspec.json.decode(encoder.encode(ExtenderFilterResult(NodeNames=passing))) == {
+        "NodeNames": ["n-d", "n-b"], "FailedNodes": {}, "FailedAndUnresolvableNodes": {},
+        "Error": ""}
+    dec.expect(passing)
+    reads: list[bytes] = []
+    real = index.read_ids
+    monkeypatch.setattr(index, "read_ids", lambda data: reads.append(data) or real(data))
+    echoed = dec.decode(body(["n-d", "n-b"])).NodeNames
+    assert isinstance(echoed, NameList) and echoed == ["n-d", "n-b"] and not reads
+    assert list(name_ids(index, echoed)) == list(name_ids(index, passing))
+    assert dec.decode(body(["n-d", "n-b"])).NodeNames is echoed  # one object, as cached
+    assert dec.decode(body(["n-b", "n-d"])).NodeNames == ["n-b", "n-d"] and reads

@@ -3,6 +3,7 @@ happened in between (reports, binds, releases, staleness, taints, NodeClaims).""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import msgspec
@@ -15,7 +16,7 @@ from extender.binder import InProcessBinder
 from extender.clock import ManualClock
 from extender.inventory import Inventory
 from extender.ledger import open_ledger
-from extender.namelists import ArgsDecoder
+from extender.namelists import ArgsDecoder, NameList
 from extender.nodefacts import facts_from_labels
 from extender.plans import Plans
 from extender.pricing import load_pricebook
@@ -51,9 +52,9 @@ def replies(svc: SchedulingService, shape: str | None, fresh: bool = False) -> l
 
     decoder = ArgsDecoder(index=svc.names)
 
-    def ask(names: list[str]) -> object:  # as the server decodes: lists interned
+    def ask(names: Sequence[str]) -> object:  # as the server decodes: lists interned
         return decoder.decode(msgspec.json.encode({"Pod": pod(f"q-{shape}", shape),
-                                                        "NodeNames": names}))
+                                                        "NodeNames": list(names)}))
 
     out = []
     rotated = NODES[2:] + NODES[:2]  # kube-scheduler's lists are permutations too
@@ -67,6 +68,8 @@ def replies(svc: SchedulingService, shape: str | None, fresh: bool = False) -> l
             result, _ = svc.filter(ask(names))  # type: ignore[arg-type]
             out.append(encoder.encode(result))
             passing = result.NodeNames or []
+            if isinstance(passing, NameList):  # as the server does: it comes back next
+                decoder.expect(passing)
             continue
         names = passing if verb == "passing" else names
         out.append(encoder.encode(svc.prioritize(ask(names))))  # type: ignore[arg-type]
