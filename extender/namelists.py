@@ -67,11 +67,15 @@ class NameList(Sequence[str]):
             self._names = self._pool[self.ids].tolist()
         return self._names
 
-    def part(self, positions: Ints, key: Hashable = None) -> NameList:
-        """The names at these positions as a list of their own, read by id like this one
-        (strings made only when asked for); this one must have been read by id."""
+    def part(self, positions: Ints) -> NameList:
+        """The names at these positions as a list of their own, with their ids. Strings
+        already made are taken (a list given ids after its strings may hold a pool that
+        no longer matches them); else they are made from the pool when asked for. This
+        one must have ids. Unkeyed: the decoder keys it by the bytes it comes back as
+        (``ArgsDecoder.expect``)."""
         assert self.ids is not None
-        part = NameList.of_ids(self.ids[positions], self._pool, key, self.token)  # type: ignore[arg-type]
+        part = NameList((), None, self.ids[positions], self.token)
+        part._names, part._pool = None, self._pool
         if self._names is not None:
             part._names = _at(self._names, positions)
         return part

@@ -185,9 +185,8 @@ class SchedulingService:
     ) -> tuple[Ints, ExtenderFilterResult]:
         """Passing positions (an array: kept with the plan, a list of hundreds of ints
         cost as much to free as to make) and a reason for each node that does not fit.
-        A permuted list
-        gets its parent's answer in its own order: narrowing passes every node within
-        epsilon of the best, so the answer does not depend on the order."""
+        A permuted list gets its parent's answer in its own order: narrowing passes every
+        node within epsilon of the best, so the answer does not depend on the order."""
         permuted = plan.permutes()
         if permuted is None:
             return self._evaluated_outcome(plan, demand)
