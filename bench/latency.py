@@ -2,7 +2,7 @@
 from a real HTTP client over loopback to ``headroom serve`` in its own process, next to
 the floor (a trivial endpoint on the same server receiving the same bodies).
 
-    .venv/bin/python bench/latency.py [--sizes 100,1000,5000] [--requests 200] \
+    .venv/bin/python bench/latency.py [--sizes 100,1000,5000] [--requests 1000] \
         [--out docs/bench-latency.md]
 
 The floor reads the same request body and answers with a prepared body of the same size
@@ -214,7 +214,7 @@ def _p99(xs: list[float]) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="100,1000,5000")
-    ap.add_argument("--requests", type=int, default=200)
+    ap.add_argument("--requests", type=int, default=1000)
     ap.add_argument("--nodes-mode-requests", type=int, default=200)
     ap.add_argument("--out")
     args = ap.parse_args()

@@ -28,6 +28,7 @@ import msgspec
 import numpy as np
 
 from extender.namebytes import NameIndex
+from extender.namejson import names_json
 from extender.nodebytes import value_end
 from extender.protocol import ExtenderArgs, NodeName, Pod, RawNodeList, args_decoder
 from extender.scoring.batch import Ints
@@ -42,23 +43,38 @@ class NameList(Sequence[str]):
     pass the filter are ever needed; making all of them (a reference taken on each of
     5,000 objects, cold in cache after the scheduler's own work) cost 0.15 ms a request.
     The strings come from ``pool``, the index's array as it was when the list was read
-    (an index that grows or clears makes a new one; this one keeps its entries)."""
+    (an index that grows or clears makes a new one; this one keeps its entries); its JSON
+    from the index's bytes (``json``)."""
 
-    __slots__ = ("_names", "_pool", "ids", "key", "token")
+    __slots__ = ("_index", "_json", "_names", "_pool", "ids", "key", "token")
 
     def __init__(self, names: Sequence[str], key: Hashable, ids: Ints | None = None,
                  token: object = None) -> None:
         self._names: list[str] | None = list(names)
         self._pool: np.ndarray | None = None
+        self._index: NameIndex | None = None  # the index the ids are of, while ``token``
+        self._json: bytes | None = None
         self.key = key
         self.ids = ids
         self.token = token
 
     @classmethod
-    def of_ids(cls, ids: Ints, pool: np.ndarray, key: Hashable, token: object) -> NameList:
-        names = cls((), key, ids, token)
-        names._names, names._pool = None, pool
+    def of_ids(cls, ids: Ints, index: NameIndex, key: Hashable) -> NameList:
+        """The names with these ids in ``index`` (as it is now)."""
+        names = cls((), key, ids, index.token)
+        names._names, names._pool, names._index = None, index.pool(), index
         return names
+
+    def json(self) -> bytes:
+        """The list as JSON (``["a","b"]``, as Go's encoder writes it), made once: written
+        from the index's bytes while the ids are valid (``namejson``), else encoded."""
+        if self._json is None:
+            index = self._index
+            if self.ids is not None and index is not None and self.token is index.token:
+                self._json = names_json(index, self.ids)
+            else:
+                self._json = msgspec.json.encode(self.as_list())
+        return self._json
 
     def as_list(self) -> list[str]:
         """Every name (made once; do not mutate it)."""
@@ -75,7 +91,7 @@ class NameList(Sequence[str]):
         (``ArgsDecoder.expect``)."""
         assert self.ids is not None
         part = NameList((), None, self.ids[positions], self.token)
-        part._names, part._pool = None, self._pool
+        part._names, part._pool, part._index = None, self._pool, self._index
         if self._names is not None:
             part._names = _at(self._names, positions)
         return part
@@ -83,7 +99,8 @@ class NameList(Sequence[str]):
     def keyed(self, key: Hashable) -> NameList:
         """The same list under ``key`` (one list object per cache owner: none mutated)."""
         copy = NameList((), key, self.ids, self.token)
-        copy._names, copy._pool = self._names, self._pool
+        copy._names, copy._pool, copy._index = self._names, self._pool, self._index
+        copy._json = self._json
         return copy
 
     def pick(self, positions: list[int] | Ints) -> list[str]:
@@ -149,7 +166,7 @@ def name_ids(index: NameIndex, names: Sequence[str]) -> Ints | None:
     if isinstance(names, NameList):
         if names.token is not index.token:
             strings = names.as_list()  # made before its ids change: its pool is the old one
-            names.ids, names.token = index.ids_of(strings), index.token
+            names.ids, names.token, names._index = index.ids_of(strings), index.token, index
         return names.ids
     return index.ids_of(names)
 
@@ -297,7 +314,7 @@ class ArgsDecoder:
         if names is self._expected or names.ids is None:
             return
         self._expected = names
-        data = msgspec.json.encode(names.as_list())
+        data = names.json()
         key = _key(data)
         seen = self._lists.get(key)
         if seen is None or seen[0] != data:
@@ -312,8 +329,7 @@ class ArgsDecoder:
     def _read(self, data: bytes, key: Hashable) -> NameList | None:
         read = self._index.read_ids(data)
         if read is not None:
-            ids, pool = read
-            return NameList.of_ids(ids, pool, key, self._index.token)
+            return NameList.of_ids(read[0], self._index, key)
         try:  # not plain names: decoded as JSON, which also names what is wrong
             decoded = _names.decode(data)
         except msgspec.ValidationError as e:  # name the field as a whole-body decode would

@@ -158,7 +158,7 @@ class NodeObjectCache:
         ids = self._name_ids_of(byte_ids) if byte_ids is not None else None
         if ids is not None and self._name_index is not None:
             key = ("node ids", len(ids), ids[:32].tobytes(), ids[-32:].tobytes())
-            return NameList.of_ids(ids, self._name_index.pool(), key, self._name_index.token)
+            return NameList.of_ids(ids, self._name_index, key)
         names = [name for name, _, _ in entries]
         if "" in names:
             raise msgspec.ValidationError(f"Nodes.items[{names.index('')}] has no metadata.name")

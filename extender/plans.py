@@ -131,11 +131,9 @@ class Plans:
         key = (shape, names_key(names))
         plan = self._plans.get(key)
         if plan is None or not same_names(plan.names, names) or now > plan.fresh_until:
-            parent = self._last.get(shape)
+            parent = self.parent(shape, now, seq, changed, evaluate, stale_after)
             plan = None
-            if parent is not None and len(parent.names) >= len(names) and self._current(
-                parent, now, seq, changed, evaluate, stale_after
-            ):
+            if parent is not None and len(parent.names) >= len(names):
                 plan = _subset(parent, names, self._names)  # a permutation, a part
             if plan is None:
                 plan = self._evaluated(names, shape, seq, evaluate, stale_after)
@@ -148,6 +146,21 @@ class Plans:
                 plan = self._plans[key] = self._evaluated(
                     names, shape, seq, evaluate, stale_after)
         return plan
+
+    def kept(self, names: Sequence[str], shape: Hashable) -> bool:
+        """Whether a plan for exactly this list is kept (its replies may be too)."""
+        plan = self._plans.get((shape, names_key(names)))
+        return plan is not None and same_names(plan.names, names)
+
+    def parent(self, shape: Hashable, now: float, seq: int, changed: Changed,
+               evaluate: Evaluate, stale_after: float) -> Plan | None:
+        """The shape's widest plan, the one other lists are taken from, brought up to
+        date; None if there is none or it must be rebuilt."""
+        parent = self._last.get(shape)
+        if parent is None or not self._current(parent, now, seq, changed, evaluate,
+                                               stale_after):
+            return None
+        return parent
 
     def _evaluated(self, names: Sequence[str], shape: Hashable, seq: int, evaluate: Evaluate,
                    stale_after: float) -> Plan:

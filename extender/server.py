@@ -260,9 +260,10 @@ def create_app(
             result, passing = service.filter(args)  # type: ignore[arg-type]
         except (msgspec.DecodeError, msgspec.ValidationError) as e:  # a Nodes item
             return _error(400, f"malformed node in Nodes.items: {e}")
-        reply = encode_filter_result(result, passing)
-        if isinstance(result.NodeNames, NameList):  # prioritize's candidates, next
-            args_decoder.expect(result.NodeNames)
+        if not isinstance(result.NodeNames, NameList):
+            return Response(encode_filter_result(result, passing), media_type=JSON)
+        reply = encode_filter_result(result, passing, result.NodeNames.json())
+        args_decoder.expect(result.NodeNames)  # prioritize's candidates, next
         return Response(reply, media_type=JSON)
 
     @app.post("/prioritize", summary="kube-scheduler extender prioritize",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import cast
@@ -38,9 +38,10 @@ from extender.ledger.base import Ledger
 from extender.ledger_writer import LedgerWriter
 from extender.metrics import SCHEDULING
 from extender.namebytes import NameIndex
-from extender.namelists import passing_list
+from extender.namejson import scores_json
+from extender.namelists import NameList, name_ids, passing_list
 from extender.nodecache import NodeObjectCache
-from extender.plans import Failure, Outcome, Plan, Plans
+from extender.plans import Evaluate, Failure, Outcome, Plan, Plans
 from extender.podcache import PodCache, SeenPod
 from extender.pricing import NodePrice
 from extender.protocol import (
@@ -56,6 +57,7 @@ from extender.protocol import (
     Pod,
     encoder,
 )
+from extender.reorder import passing_positions, scores_by_id, scores_of
 from extender.reports import NodeReport, ReportResponse
 from extender.scoring import Context, Evaluation, Limits, Policy, Weights, evaluate
 from extender.scoring.batch import Ints
@@ -167,18 +169,57 @@ class SchedulingService:
             if raws is not None:
                 return ExtenderFilterResult(), list(raws)
             return ExtenderFilterResult(NodeNames=list(args.NodeNames or [])), None
-        names = self._names(args)
-        plan = self._plan(args.Pod, demand, names, self.clock.now())
-        outcome = plan.derived.get("filter")
-        if outcome is None:  # the same candidates and shape as last time give the same reply
-            outcome = plan.derived["filter"] = self._filter_outcome(plan, demand)
-        passing, result = cast(tuple[Ints, ExtenderFilterResult], outcome)
+        names, now = self._names(args), self.clock.now()
+        found = self._reordered_filter(demand, names, now)
+        if found is None:
+            plan = self._plan(args.Pod, demand, names, now)
+            found = self._filter_answer(plan, demand)
+        passing, result = found
         if not len(passing) and names:
             self._unplaceable(args.Pod, result)
         if raws is not None:
             return (msgspec.structs.replace(result, NodeNames=None),
                     [raws[i] for i in passing.tolist()])
         return result, None
+
+    def _filter_answer(self, plan: Plan, demand: GpuDemand) -> tuple[Ints, ExtenderFilterResult]:
+        """The plan's filter reply, kept with it: the same candidates and shape as last time
+        give the same reply."""
+        outcome = plan.derived.get("filter")
+        if outcome is None:
+            outcome = plan.derived["filter"] = self._filter_outcome(plan, demand)
+        return cast(tuple[Ints, ExtenderFilterResult], outcome)
+
+    def _reordered_filter(
+        self, demand: GpuDemand, names: Sequence[str], now: float
+    ) -> tuple[Ints, ExtenderFilterResult] | None:
+        """The reply for candidates that permute the shape's plan's (``reorder``), read
+        from that plan's own reply by the names' ids; None for any other list."""
+        parent = self._reorder_source(demand, names, now)
+        if parent is None or len(parent.names) != len(names) or parent.names is names:
+            return None  # the plan's own list: its kept reply is the answer
+        where, ids = parent.where(self.names), name_ids(self.names, names)
+        if where is None or ids is None:
+            return None
+        passed, result = self._filter_answer(parent, demand)
+        passing = passing_positions(where, ids, passed, len(parent.names))
+        if passing is None:
+            return None
+        return passing, ExtenderFilterResult(
+            NodeNames=passing_list(names, passing), FailedNodes=result.FailedNodes,
+            FailedAndUnresolvableNodes=result.FailedAndUnresolvableNodes)
+
+    def _reorder_source(self, demand: GpuDemand, names: Sequence[str],
+                        now: float) -> Plan | None:
+        """The plan a list read by ids may permute answers of (device-plugin asks); None
+        when a plan for the very list is kept (its replies are kept with it)."""
+        if not isinstance(names, NameList) or names.ids is None or not demand.count:
+            return None
+        shape, evaluate = self._shape(demand, now)
+        if self.plans.kept(names, shape):
+            return None
+        return self.plans.parent(shape, now, self.inventory.seq, self._changed, evaluate,
+                                 self.config.stale_after)
 
     def _filter_outcome(
         self, plan: Plan, demand: GpuDemand
@@ -235,13 +276,48 @@ class SchedulingService:
         names = self._names(args)
         if not demand.wants_gpu:
             return _encoded([HostPriority(Host=n, Score=0) for n in names])
-        plan = self._plan(args.Pod, demand, names, self.clock.now())
+        now = self.clock.now()
+        reordered = self._reordered_priorities(demand, names, now)
+        if reordered is not None:
+            return reordered
+        plan = self._plan(args.Pod, demand, names, now)
         reply = plan.derived.get("prioritize")
         if reply is None:
             scores = priority_array(plan.raw, plan.fits, plan.price, self.config.weights)
             reply = plan.derived["prioritize"] = _encoded(
                 list(map(HostPriority, names, scores.tolist())))
         return cast(msgspec.Raw, reply)
+
+    def _reordered_priorities(self, demand: GpuDemand, names: Sequence[str],
+                              now: float) -> msgspec.Raw | None:
+        """The reply for candidates that permute the nodes the shape's plan passes (what
+        kube-scheduler sends after a reordered filter), each node's score read by its id
+        and written with its name's bytes (``reorder``, ``namejson``); None for any
+        other list."""
+        parent = self._reorder_source(demand, names, now)
+        ids = name_ids(self.names, names) if parent is not None else None
+        if parent is None or ids is None:
+            return None
+        kept = parent.derived.get("scores by id")
+        if kept is None or cast(tuple[object, Ints, int], kept)[0] is not self.names.token:
+            kept = parent.derived["scores by id"] = self._passing_scores(parent, demand)
+            if kept is None:
+                return None
+        _, by_id, size = cast(tuple[object, Ints, int], kept)
+        found = scores_of(by_id, ids, size) if len(names) == size else None
+        return None if found is None else msgspec.Raw(scores_json(self.names, ids, found))
+
+    def _passing_scores(self, parent: Plan, demand: GpuDemand) -> tuple[object, Ints, int] | None:
+        """The scores of the nodes the plan passes, by id (``reorder.scores_by_id``), under
+        the index's token; None if a name has no id."""
+        parent_ids = name_ids(self.names, parent.names)
+        if parent_ids is None:
+            return None
+        passed = self._filter_answer(parent, demand)[0]
+        scores = priority_array(parent.raw[passed], parent.fits[passed], parent.price[passed],
+                                self.config.weights)
+        return (self.names.token, scores_by_id(parent_ids[passed], scores, self.names.count),
+                len(passed))
 
     def _names(self, args: ExtenderArgs) -> Sequence[str]:
         if args.NodeNames is not None:
@@ -273,12 +349,14 @@ class SchedulingService:
         if demand.count == 0 and demand.dra_claims:
             evals, prices = self._evaluate_all_dra(pod, names, now)
             return Plan.of(names, -1, _outcome(evals, prices), self.config.stale_after)
-        shape = (demand.key, demand.capacity, self.mix.version)
-        return self.plans.plan(
-            names, shape, now, self.inventory.seq, self._changed,
-            lambda subset, rows: self._evaluate_names(subset, rows, demand, now),
-            self.config.stale_after,
-        )
+        shape, evaluate = self._shape(demand, now)
+        return self.plans.plan(names, shape, now, self.inventory.seq, self._changed, evaluate,
+                               self.config.stale_after)
+
+    def _shape(self, demand: GpuDemand, now: float) -> tuple[Hashable, Evaluate]:
+        """The key plans for this demand are kept under, and how they evaluate nodes."""
+        return ((demand.key, demand.capacity, self.mix.version),
+                lambda subset, rows: self._evaluate_names(subset, rows, demand, now))
 
     def _changed(self, plan: Plan) -> Ints | None:
         return self.inventory.columns().changed(plan.rows, plan.layout, plan.seq)

@@ -121,3 +121,17 @@ def test_a_name_listed_twice_gets_one_id() -> None:
     read = index.read(b'["a","b","a"]')
     assert read is not None and read[1] == ["a", "b", "a"] and read[0].tolist() == [0, 1, 0]
     assert index.count == 2
+
+
+def test_lists_read_one_after_another_by_one_index() -> None:
+    """The buffers a read parses in are kept for the next: a long list, then short ones,
+    then long again, each reads as JSON decodes it (nothing left over from the last)."""
+    index = NameIndex()
+    rng = random.Random(3)
+    pool = [f"node-{i}-{'x' * rng.randrange(0, 30)}" for i in range(400)]
+    for size in (400, 3, 1, 0, 250, 2, 400, 17):
+        names = rng.sample(pool, size)
+        data = msgspec.json.encode(names)
+        read = index.read(data)
+        assert read is not None and read[1] == names
+        assert index.read(data[:-1]) is None  # cut short: not a list this reads

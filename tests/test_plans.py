@@ -46,9 +46,11 @@ def pod(uid: str, memory: str | None) -> dict:
                 "nvidia.com/gpu": "1"}}}]}}
 
 
-def replies(svc: SchedulingService, shape: str | None, fresh: bool = False) -> list[bytes]:
+def replies(svc: SchedulingService, shape: str | None, fresh: bool = False) -> list[object]:
     """filter, then prioritize with the nodes filter passed (as kube-scheduler does),
-    with every node, and with some of them; ``fresh``: each from an empty plan cache."""
+    with every node, and with some of them; ``fresh``: each from an empty plan cache.
+    As kube-scheduler reads them: lists in order, failure reasons as maps (a reordered
+    list's reasons come in its plan's order)."""
 
     decoder = ArgsDecoder(index=svc.names)
 
@@ -66,13 +68,13 @@ def replies(svc: SchedulingService, shape: str | None, fresh: bool = False) -> l
             svc.plans = Plans(svc.names)
         if verb == "filter":
             result, _ = svc.filter(ask(names))  # type: ignore[arg-type]
-            out.append(encoder.encode(result))
+            out.append(msgspec.json.decode(encoder.encode(result)))
             passing = result.NodeNames or []
             if isinstance(passing, NameList):  # as the server does: it comes back next
                 decoder.expect(passing)
             continue
         names = passing if verb == "passing" else names
-        out.append(encoder.encode(svc.prioritize(ask(names))))  # type: ignore[arg-type]
+        out.append(msgspec.json.decode(svc.prioritize(ask(names))))  # type: ignore[arg-type]
     return out
 
 

@@ -1,0 +1,148 @@
+"""Reordered candidates are answered from the shape's plan by their ids, exactly as a
+fresh evaluation of the list would answer them, and any other list is evaluated."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import pytest
+
+from drivers.agent import build_report
+from drivers.simulated import SimulatedDriver
+from extender.binder import InProcessBinder
+from extender.clock import ManualClock
+from extender.inventory import Inventory
+from extender.ledger import open_ledger
+from extender.namelists import ArgsDecoder, NameList
+from extender.plans import Plans
+from extender.pricing import load_pricebook
+from extender.protocol import encoder
+from extender.reorder import passing_positions, scores_by_id, scores_of
+from extender.scoring import policy_by_name
+from extender.service import SchedulingService, ServiceConfig
+
+NODES = [f"node-{i:02d}" for i in range(40)]
+
+
+def ints(*xs: int) -> np.ndarray:
+    return np.array(xs, np.int64)
+
+
+def test_passing_positions_of_a_permutation() -> None:
+    where = ints(2, 0, 1, -1)  # ids 0..2 are the plan's positions 2, 0, 1; id 3 is not in it
+    passed = ints(0, 2)  # the plan's positions 0 and 2 pass: ids 1 and 0
+    assert passing_positions(where, ints(1, 2, 0), passed, 3).tolist() == [0, 2]
+    assert passing_positions(where, ints(2, 0, 1), passed, 3).tolist() == [1, 2]
+    for not_a_permutation in (ints(1, 2), ints(1, 1, 0), ints(1, 2, 3), ints(1, 2, 0, 9),
+                              ints(1, 2, 0, 0)):
+        assert passing_positions(where, not_a_permutation, passed, 3) is None
+
+
+def test_scores_of_a_permutation_of_the_scored_nodes() -> None:
+    by_id = scores_by_id(ints(4, 1), ints(7, 0), 6)
+    assert by_id.tolist() == [-1, 0, -1, -1, 7, -1]
+    assert scores_of(by_id, ints(1, 4), 2).tolist() == [0, 7]
+    assert scores_of(by_id, ints(4, 1), 2).tolist() == [7, 0]
+    for not_a_permutation in (ints(4), ints(4, 4), ints(4, 2), ints(4, 1, 9), ints(1, 4, 1)):
+        assert scores_of(by_id, not_a_permutation, 2) is None
+
+
+@pytest.fixture
+def svc(tmp_path: Path) -> SchedulingService:
+    """40 nodes, some too full for the 16Gi pods below (failure reasons), prices apart."""
+    clock = ManualClock()
+    svc = SchedulingService(Inventory(load_pricebook()), open_ledger(str(tmp_path / "l.db"),
+                                                                     clock),
+                            InProcessBinder(), policy_by_name("headroom"), clock,
+                            ServiceConfig(stale_after=3600, narrow_epsilon=0.05))
+    for i, name in enumerate(NODES):
+        d = SimulatedDriver("1xA10G:24Gi", seed=i, node=name, clock=clock)
+        d.start_process("hog", d.gpu_uuids[0], 1024 * (i % 12))
+        labels = {"node.kubernetes.io/instance-type": ("g5.xlarge", "g5.2xlarge")[i % 2],
+                  "karpenter.sh/capacity-type": ("spot", "on-demand")[i % 3 == 0]}
+        svc.report(build_report(d, name, d.attribute, clock, labels=labels))
+    return svc
+
+
+def pod(uid: str) -> dict:
+    return {"metadata": {"name": uid, "namespace": "t", "uid": uid,
+                         "annotations": {"headroom.dev/gpu-memory": "16Gi"}},
+            "spec": {"containers": [{"name": "c", "resources": {"limits": {
+                "nvidia.com/gpu": "1"}}}]}}
+
+
+class Asker:
+    """filter and prioritize as the server calls them (lists read by id, the filter's
+    passing list expected back), each reply as kube-scheduler reads it; ``planned``
+    counts the lists the service made or looked up a plan for."""
+
+    def __init__(self, svc: SchedulingService, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.svc, self.decoder, self.planned = svc, ArgsDecoder(index=svc.names), 0
+        real = svc._plan
+
+        def counted(*args: object) -> object:
+            self.planned += 1
+            return real(*args)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(svc, "_plan", counted)
+
+    def args(self, uid: str, names: Sequence[str]) -> object:
+        return self.decoder.decode(msgspec.json.encode({"Pod": pod(uid), "Nodes": None,
+                                                        "NodeNames": list(names)}))
+
+    def filter(self, uid: str, names: Sequence[str]) -> tuple[dict, NameList]:
+        result, _ = self.svc.filter(self.args(uid, names))  # type: ignore[arg-type]
+        assert isinstance(result.NodeNames, NameList)
+        self.decoder.expect(result.NodeNames)
+        return msgspec.json.decode(encoder.encode(result)), result.NodeNames
+
+    def prioritize(self, uid: str, names: Sequence[str]) -> list:
+        return msgspec.json.decode(self.svc.prioritize(self.args(uid, names)))  # type: ignore[arg-type]
+
+    def fresh(self, verb: str, uid: str, names: Sequence[str]) -> object:
+        """The same ask with no plan kept: every node evaluated afresh (and the plans
+        kept before back after it)."""
+        kept, self.svc.plans = self.svc.plans, Plans(self.svc.names)
+        answer = getattr(self, verb)(uid, names)
+        self.svc.plans = kept
+        return answer[0] if verb == "filter" else answer
+
+
+def test_reordered_lists_are_answered_as_a_fresh_evaluation_would(
+        svc: SchedulingService, monkeypatch: pytest.MonkeyPatch) -> None:
+    ask, rng = Asker(svc, monkeypatch), random.Random(5)
+    for i in range(6):
+        ask.filter(f"warm-{i}", NODES)  # the shape's plan, for the list in its own order
+        order = rng.sample(NODES, len(NODES))
+        planned = ask.planned
+        reply, passing = ask.filter(f"p{i}", order)
+        scores = ask.prioritize(f"p{i}", passing)  # the filter's passing list, echoed
+        again = ask.prioritize(f"p{i}", list(passing)[::-1])  # the same nodes, read anew
+        assert ask.planned == planned  # answered from the plan: no plan for these lists
+        assert reply["FailedNodes"] and len(passing) > 1  # something to reorder on each side
+        assert reply["NodeNames"] == [n for n in order if n in set(passing)]
+        assert reply == ask.fresh("filter", f"p{i}", order)
+        assert scores == ask.fresh("prioritize", f"p{i}", list(passing))
+        assert again == ask.fresh("prioritize", f"p{i}", list(passing)[::-1])
+
+
+def test_lists_that_are_not_reorderings_are_evaluated(svc: SchedulingService,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    ask = Asker(svc, monkeypatch)
+    _, passing = ask.filter("p", NODES)
+    shuffled = NODES[::-1]
+    cases = {"filter": [shuffled[:-1], [*shuffled[:-1], "node-new"], [*shuffled[:-1],
+                                                                      shuffled[0]]],
+             "prioritize": [list(passing)[1:], [*passing, NODES[0]], [*list(passing)[1:],
+                                                                       passing[1]]]}
+    for verb, lists in cases.items():
+        for names in lists:
+            ask.filter("p", NODES)
+            planned = ask.planned
+            answer = getattr(ask, verb)("p", names)
+            assert ask.planned == planned + 1, (verb, names)  # evaluated as the list it is
+            assert (answer[0] if verb == "filter" else answer) == ask.fresh(verb, "p", names)
