@@ -21,11 +21,23 @@ _NO = np.zeros(0, np.int64)
 
 
 @kernel
-def _passing(where: Ints, ids: Ints, passed: Ints, size: int) -> tuple[bool, Ints]:
+def _stream(table: Ints) -> int:
+    """Reads the table in order, a value per cache line: read by ids in a new order it
+    would be a queue of cache misses when cold (it usually is, between two requests);
+    read in order the prefetcher brings it in at memory speed."""
+    seen = 0
+    for i in range(0, len(table), 8):
+        seen += table[i]
+    return seen
+
+
+@kernel
+def _passing(where: Ints, ids: Ints, passed: Ints, size: int) -> tuple[bool, Ints, int]:
     """Positions of ``ids`` whose node is at a ``passed`` position of the plan (``where``:
     id -> position there); False unless ids list each of the plan's ``size`` candidates
-    exactly once."""
+    exactly once. (And what the stream read: returned so that the compiler keeps it.)"""
     state = np.zeros(size, np.int8)  # 1: passes; 2: listed
+    streamed = _stream(where)
     for at in passed:
         state[at] = 1
     out = np.empty(len(ids), np.int64)
@@ -33,33 +45,34 @@ def _passing(where: Ints, ids: Ints, passed: Ints, size: int) -> tuple[bool, Int
     for k in range(len(ids)):
         i = ids[k]
         if i < 0 or i >= len(where) or where[i] < 0 or state[where[i]] >= 2:
-            return False, out[:0]
+            return False, out[:0], streamed
         state[where[i]] += 2
         if state[where[i]] == 3:
             out[n] = k
             n += 1
-    return len(ids) == size, out[:n]
+    return len(ids) == size, out[:n], streamed
 
 
 @kernel
-def _scores(by_id: Ints, ids: Ints, size: int) -> tuple[bool, Ints]:
+def _scores(by_id: Ints, ids: Ints, size: int) -> tuple[bool, Ints, int]:
     """Each id's score (``by_id``: -1 not scored); False unless ids list each of the
-    ``size`` scored nodes exactly once."""
+    ``size`` scored nodes exactly once (and what the stream read)."""
     out = np.empty(len(ids), np.int64)
     listed = np.zeros(len(by_id), np.bool_)
+    streamed = _stream(by_id)
     for k in range(len(ids)):
         i = ids[k]
         if i < 0 or i >= len(by_id) or by_id[i] < 0 or listed[i]:
-            return False, out[:0]
+            return False, out[:0], streamed
         listed[i] = True
         out[k] = by_id[i]
-    return len(ids) == size, out
+    return len(ids) == size, out, streamed
 
 
 def passing_positions(where: Ints, ids: Ints, passed: Ints, size: int) -> Ints | None:
     """Where the passing nodes are in a list of ``ids`` that permutes the plan's ``size``
     candidates (``where``: id -> position in the plan), ascending; None if it does not."""
-    ok, positions = _passing(where, ids, passed, size)
+    ok, positions, _ = _passing(where, ids, passed, size)
     return positions if ok else None
 
 
@@ -73,7 +86,7 @@ def scores_by_id(ids: Ints, scores: Ints, count: int) -> Ints:
 def scores_of(by_id: Ints, ids: Ints, size: int) -> Ints | None:
     """The scores of a list of ``ids`` that permutes the ``size`` scored nodes, in its
     order; None if it does not."""
-    ok, scores = _scores(by_id, ids, size)
+    ok, scores, _ = _scores(by_id, ids, size)
     return scores if ok else None
 
 

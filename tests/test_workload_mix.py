@@ -42,3 +42,19 @@ def test_mig_and_dra_pods_do_not_count() -> None:
     mix.observe(GpuDemand(1, mig_profile="1g.10gb"))
     mix.observe(GpuDemand(0, dra_claims=("c",)))
     assert mix.mix == DEFAULT_MIX and mix.version == 0
+
+
+def test_shares_follow_the_decay_of_older_arrivals() -> None:
+    """Each arrival weighs ``decay`` times the one after it: the published shares are
+    those of the decayed weights, however they are kept."""
+    mix = WorkloadMix(decay=0.9, publish_every=40, tolerance=0.0)
+    shapes = [GpuDemand(1, 4096)] * 25 + [GpuDemand(2, None)] * 15  # the newer, fewer
+    for demand in shapes:
+        mix.observe(demand)
+    weights: dict[tuple, float] = {}
+    for age, demand in enumerate(reversed(shapes)):
+        weights[demand.key] = weights.get(demand.key, 0.0) + 0.9 ** age
+    total = sum(weights.values())
+    assert {shape: round(p, 12) for shape, p in mix.mix} == {
+        shape: round(w / total, 12) for shape, w in weights.items()}
+    assert dict(mix.mix)[(2, None, "")] > 0.5  # decay favours the recent arrivals
