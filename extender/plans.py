@@ -13,7 +13,9 @@ plan is rebuilt once the oldest report it relied on could have gone stale.
 kube-scheduler's lists are permutations as often as repeats (its parallel filter
 workers hand feasible nodes over in the order they finish), and prioritize asks about
 the nodes filter passed: a list whose names are all in the last plan for the shape is
-taken from it by the names' ids (``namebytes``: one array lookup), not evaluated again.
+taken from it by the names' ids (``namebytes``: one array lookup), not evaluated again;
+a permutation of its candidates, or of the nodes it passes, is answered from it without
+a plan of its own (``reorder``).
 
 A plan is columnar, like the evaluation behind it: per candidate whether it fits, its
 raw policy score and $/GiB-h, and a reason for each one that does not fit. What callers

@@ -295,8 +295,10 @@ class SchedulingService:
         and written with its name's bytes (``reorder``, ``namejson``); None for any
         other list."""
         parent = self._reorder_source(demand, names, now)
-        ids = name_ids(self.names, names) if parent is not None else None
-        if parent is None or ids is None:
+        if parent is None or self._passes_as_listed(parent, demand, names):
+            return None
+        ids = name_ids(self.names, names)
+        if ids is None:
             return None
         kept = parent.derived.get("scores by id")
         if kept is None or cast(tuple[object, Ints, int], kept)[0] is not self.names.token:
@@ -306,6 +308,14 @@ class SchedulingService:
         _, by_id, size = cast(tuple[object, Ints, int], kept)
         found = scores_of(by_id, ids, size) if len(names) == size else None
         return None if found is None else msgspec.Raw(scores_json(self.names, ids, found))
+
+    def _passes_as_listed(self, parent: Plan, demand: GpuDemand, names: Sequence[str]) -> bool:
+        """Whether ``names`` is the plan's own passing list, in its order (the filter's
+        reply echoed: the same ids): the plan path answers it and keeps the reply, where
+        scores by id would be made anew each time."""
+        passing = self._filter_answer(parent, demand)[1].NodeNames
+        return isinstance(passing, NameList) and isinstance(names, NameList) and (
+            names.ids is passing.ids)
 
     def _passing_scores(self, parent: Plan, demand: GpuDemand) -> tuple[object, Ints, int] | None:
         """The scores of the nodes the plan passes, by id (``reorder.scores_by_id``), under

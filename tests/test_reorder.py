@@ -121,13 +121,14 @@ def test_reordered_lists_are_answered_as_a_fresh_evaluation_would(
         planned = ask.planned
         reply, passing = ask.filter(f"p{i}", order)
         scores = ask.prioritize(f"p{i}", passing)  # the filter's passing list, echoed
-        again = ask.prioritize(f"p{i}", list(passing)[::-1])  # the same nodes, read anew
+        backwards = sorted(passing, reverse=True)  # never the plan's own order (ascending)
+        again = ask.prioritize(f"p{i}", backwards)  # the same nodes, read anew
         assert ask.planned == planned  # answered from the plan: no plan for these lists
         assert reply["FailedNodes"] and len(passing) > 1  # something to reorder on each side
         assert reply["NodeNames"] == [n for n in order if n in set(passing)]
         assert reply == ask.fresh("filter", f"p{i}", order)
         assert scores == ask.fresh("prioritize", f"p{i}", list(passing))
-        assert again == ask.fresh("prioritize", f"p{i}", list(passing)[::-1])
+        assert again == ask.fresh("prioritize", f"p{i}", backwards)
 
 
 def test_lists_that_are_not_reorderings_are_evaluated(svc: SchedulingService,
@@ -146,3 +147,13 @@ def test_lists_that_are_not_reorderings_are_evaluated(svc: SchedulingService,
             answer = getattr(ask, verb)("p", names)
             assert ask.planned == planned + 1, (verb, names)  # evaluated as the list it is
             assert (answer[0] if verb == "filter" else answer) == ask.fresh(verb, "p", names)
+
+
+def test_the_plans_own_passing_list_keeps_its_reply(svc: SchedulingService,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The filter's passing list echoed in the plan's own order (replicas in a row) is
+    answered by the plan path, whose reply is kept: the second ask gets the very bytes."""
+    ask = Asker(svc, monkeypatch)
+    _, passing = ask.filter("p", NODES)
+    first = svc.prioritize(ask.args("p", passing))  # type: ignore[arg-type]
+    assert svc.prioritize(ask.args("q", passing)) is first  # type: ignore[arg-type]
