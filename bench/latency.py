@@ -71,10 +71,12 @@ def pod(i: int, memory_mib: int) -> dict[str, Any]:
     }
 
 
-def start_server(tmp: str) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(tmp: str, sections: bool = False) -> tuple[subprocess.Popen[bytes], str]:
+    """bench/serve_with_floor.py on a free port; ``sections``: with its section timers."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "bench/serve_with_floor.py"), str(port), f"{tmp}/bench.db"],
+        [sys.executable, str(ROOT / "bench/serve_with_floor.py"), str(port), f"{tmp}/bench.db",
+         *(["--sections"] if sections else [])],
         cwd=ROOT,
     )
     url = f"http://127.0.0.1:{port}"

@@ -1,19 +1,85 @@
 """The extender as ``headroom serve`` runs it, plus ``POST /floor``: a trivial endpoint on
 the same server that reads the same body and answers without computing anything -- the
-latency floor that filter/prioritize are compared against. Benchmark use only."""
+latency floor that filter/prioritize are compared against. Benchmark use only.
+
+    serve_with_floor.py PORT DB [--sections]
+
+``--sections`` times the scheduling path's calls from inside (``SECTIONS``) and each
+whole request per route, and serves them at ``GET /sections`` (bench/sections.py)."""
 
 from __future__ import annotations
 
+import statistics
 import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
 
 import uvicorn
 from fastapi import Request
 from fastapi.responses import Response
 
+import extender.server
 from extender.app import build
 from extender.logs import setup_logging
+from extender.namebytes import NameIndex
+from extender.namelists import ArgsDecoder, NameList
+from extender.plans import Plans
 from extender.runtime import tune_runtime
+from extender.service import SchedulingService
 from extender.settings import Settings
+
+SECTIONS: list[tuple[Any, str]] = [
+    (ArgsDecoder, "decode"), (NameIndex, "read_ids"), (ArgsDecoder, "expect"),
+    (SchedulingService, "filter"), (SchedulingService, "prioritize"),
+    (SchedulingService, "_remember"), (SchedulingService, "_plan"),
+    (SchedulingService, "_reordered_filter"), (SchedulingService, "_reordered_priorities"),
+    (SchedulingService, "_reorder_source"), (Plans, "kept"), (Plans, "parent"),
+    (NameList, "json"), (extender.server, "encode_filter_result"),
+]
+ROUTES = {"/filter": "filter", "/prioritize": "prioritize", "/floor": "floor"}
+
+
+class Sections:
+    """Timers around ``SECTIONS`` and around each request, by route."""
+
+    def __init__(self, app: Any) -> None:
+        self.app, self.route = app, "other"
+        self.times: defaultdict[str, list[float]] = defaultdict(list)
+        for owner, name in SECTIONS:
+            setattr(owner, name, self._timed(getattr(owner, name), name))
+
+    def _timed(self, inner: Callable[..., Any], name: str) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                self.times[f"{self.route} {name}"].append(time.perf_counter() - t)
+        return timed
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        self.route = ROUTES.get(scope["path"], "other")
+        t = time.perf_counter()
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.times[f"{self.route} whole request"].append(time.perf_counter() - t)
+
+    def take(self) -> dict[str, tuple[int, float, float]]:
+        """(calls, p50 µs, p99 µs) per route and section since the last take."""
+        out = {}
+        for key, spent in sorted(self.times.items()):
+            if not key.startswith("other"):
+                ranked = sorted(spent)
+                out[key] = (len(spent), statistics.median(spent) * 1e6,
+                            ranked[int(0.99 * (len(spent) - 1))] * 1e6)
+        self.times.clear()
+        return out
 
 
 def main() -> None:
@@ -33,8 +99,13 @@ def main() -> None:
             replies[size] = b"{}" if size <= 2 else b'"' + b"x" * (size - 2) + b'"'
         return Response(replies[size], media_type="application/json")
 
+    app: Any = built.app
+    if "--sections" in sys.argv[3:]:
+        app = sections = Sections(built.app)
+        built.app.get("/sections")(sections.take)
+
     tune_runtime()  # as ``headroom serve`` does before serving
-    uvicorn.run(built.app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
 
 if __name__ == "__main__":

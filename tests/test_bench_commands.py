@@ -1,0 +1,26 @@
+"""The benchmark commands docs/BENCHMARKS.md gives still run (at toy sizes) and print
+their tables: a bench that fails is found here, not by the next person to measure."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize(("script", "args", "row"), [
+    ("bench/latency.py", ["--sizes", "30", "--requests", "3", "--nodes-mode-requests", "2"],
+     "| 30 | NodeNames | shuffled | 3 |"),
+    ("bench/phases.py", ["--nodes", "30", "--pods", "3"], "| shuffled |"),
+    ("bench/sections.py", ["--nodes", "30", "--pods", "3", "--shapes", "shuffled"],
+     "| shuffled | prioritize | whole request | 3 |"),
+])
+def test_a_bench_command_prints_its_table(script: str, args: list[str], row: str) -> None:
+    done = subprocess.run([sys.executable, str(ROOT / script), *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert row in done.stdout, done.stdout
