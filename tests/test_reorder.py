@@ -4,7 +4,7 @@ fresh evaluation of the list would answer them, and any other list is evaluated.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import msgspec
@@ -52,8 +52,9 @@ def test_scores_of_a_permutation_of_the_scored_nodes() -> None:
 
 
 @pytest.fixture
-def svc(tmp_path: Path) -> SchedulingService:
-    """40 nodes, some too full for the 16Gi pods below (failure reasons), prices apart."""
+def svc(tmp_path: Path) -> Iterator[SchedulingService]:
+    """40 nodes, some too full for the 16Gi pods below (failure reasons), prices apart;
+    its ledger writer closed after the test (nothing written once the log is gone)."""
     clock = ManualClock()
     svc = SchedulingService(Inventory(load_pricebook()), open_ledger(str(tmp_path / "l.db"),
                                                                      clock),
@@ -65,7 +66,8 @@ def svc(tmp_path: Path) -> SchedulingService:
         labels = {"node.kubernetes.io/instance-type": ("g5.xlarge", "g5.2xlarge")[i % 2],
                   "karpenter.sh/capacity-type": ("spot", "on-demand")[i % 3 == 0]}
         svc.report(build_report(d, name, d.attribute, clock, labels=labels))
-    return svc
+    yield svc
+    svc.writer.close()
 
 
 def pod(uid: str) -> dict:
