@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,8 +30,6 @@ def main() -> None:
     ap.add_argument("--pods", type=int, default=300)
     ap.add_argument("--shapes", default="shuffled,warm")
     args = ap.parse_args()
-    import tempfile
-
     with tempfile.TemporaryDirectory() as tmp:
         proc, url = start_server(tmp, sections=True)
         try:

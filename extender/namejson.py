@@ -93,7 +93,7 @@ def _names_json(name_bytes, meta, ids):  # numba infers the types
 @kernel
 def _scores_json(name_bytes, meta, ids, scores):  # numba infers the types
     size, seen = _sized(name_bytes, meta, ids, len(_HOST) + len(_SCORE) + 1)
-    for v in scores[:len(ids)]:
+    for v in scores:
         size += _digits(v)
     out = np.empty(max(size, 2), np.uint8)
     out[0], p = _OPEN, 1

@@ -15,29 +15,19 @@ from __future__ import annotations
 import numpy as np
 
 from extender.scoring.batch import Ints
-from extender.scoring.compiled import kernel, warms
+from extender.scoring.compiled import kernel, stream, warms
 
 _NO = np.zeros(0, np.int64)
-
-
-@kernel
-def _stream(table: Ints) -> int:
-    """Reads the table in order, a value per cache line: read by ids in a new order it
-    would be a queue of cache misses when cold (it usually is, between two requests);
-    read in order the prefetcher brings it in at memory speed."""
-    seen = 0
-    for i in range(0, len(table), 8):
-        seen += table[i]
-    return seen
 
 
 @kernel
 def _passing(where: Ints, ids: Ints, passed: Ints, size: int) -> tuple[bool, Ints, int]:
     """Positions of ``ids`` whose node is at a ``passed`` position of the plan (``where``:
     id -> position there); False unless ids list each of the plan's ``size`` candidates
-    exactly once. (And what the stream read: returned so that the compiler keeps it.)"""
+    exactly once. (And what ``stream`` read: the id table, streamed in before the
+    look-ups in a new order.)"""
     state = np.zeros(size, np.int8)  # 1: passes; 2: listed
-    streamed = _stream(where)
+    streamed = stream(where, 8)
     for at in passed:
         state[at] = 1
     out = np.empty(len(ids), np.int64)
@@ -59,7 +49,7 @@ def _scores(by_id: Ints, ids: Ints, size: int) -> tuple[bool, Ints, int]:
     ``size`` scored nodes exactly once (and what the stream read)."""
     out = np.empty(len(ids), np.int64)
     listed = np.zeros(len(by_id), np.bool_)
-    streamed = _stream(by_id)
+    streamed = stream(by_id, 8)
     for k in range(len(ids)):
         i = ids[k]
         if i < 0 or i >= len(by_id) or by_id[i] < 0 or listed[i]:

@@ -295,8 +295,8 @@ class SchedulingService:
         and written with its name's bytes (``reorder``, ``namejson``); None for any
         other list."""
         parent = self._reorder_source(demand, names, now)
-        if parent is None or self._passes_as_listed(parent, demand, names):
-            return None
+        if parent is None or self._passes_as_listed(parent, demand, cast(NameList, names)):
+            return None  # not a list read by ids (_reorder_source), or the plan's own
         ids = name_ids(self.names, names)
         if ids is None:
             return None
@@ -309,13 +309,12 @@ class SchedulingService:
         found = scores_of(by_id, ids, size) if len(names) == size else None
         return None if found is None else msgspec.Raw(scores_json(self.names, ids, found))
 
-    def _passes_as_listed(self, parent: Plan, demand: GpuDemand, names: Sequence[str]) -> bool:
+    def _passes_as_listed(self, parent: Plan, demand: GpuDemand, names: NameList) -> bool:
         """Whether ``names`` is the plan's own passing list, in its order (the filter's
         reply echoed: the same ids): the plan path answers it and keeps the reply, where
         scores by id would be made anew each time."""
         passing = self._filter_answer(parent, demand)[1].NodeNames
-        return isinstance(passing, NameList) and isinstance(names, NameList) and (
-            names.ids is passing.ids)
+        return isinstance(passing, NameList) and names.ids is passing.ids
 
     def _passing_scores(self, parent: Plan, demand: GpuDemand) -> tuple[object, Ints, int] | None:
         """The scores of the nodes the plan passes, by id (``reorder.scores_by_id``), under
