@@ -32,11 +32,14 @@ NAME_MAX = 253  # protocol.NodeName: a DNS subdomain
 WORDS = (NAME_MAX + 7) // 8
 _HASH, _SPAN = 0, 1  # NameIndex._meta's columns: hash bits, word offset << 8 | length
 READ, PLAIN_ONLY = 0, 1  # how a read ended: the whole array, or a value it leaves to JSON
+Fingerprint = tuple[int, int, int]  # see NameIndex.fingerprint
+# a body parsed: aligned words, each name's start, length and hash, how many, sums
+_Parsed = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, np.ndarray]
 _QUOTE, _ESCAPE, _COMMA, _OPEN, _CLOSE = (ord(c) for c in '"\\,[]')
 _ONES, _HIGHS = np.uint64(0x0101010101010101), np.uint64(0x8080808080808080)
 _QUOTES, _ESCAPES, _SPACES = (np.uint64(0x0101010101010101 * c) for c in (0x22, 0x5C, 0x20))
 _LETTERS = np.uint64(0x4141414141414141)  # stand-ins for the bytes after a name's end
-_WEIGHTS = np.random.default_rng(0x6E616D65).integers(1, 2**63, WORDS, dtype=np.uint64) | 1
+_XOR, _WEIGHT, _SET = 0, WORDS, 2 * WORDS  # keys: per word, per word, the set's
 
 
 @kernel
@@ -52,12 +55,33 @@ def _has_zero_byte(w: Any) -> bool:
 
 
 @kernel
-def _mix(h: Any, n: int) -> Any:
-    """Spreads every word's bits to the low ones the table slot is taken from."""
-    h += np.uint64(n)
-    h ^= h >> np.uint64(31)
-    h *= np.uint64(0x9E3779B97F4A7C15)
-    return h ^ (h >> np.uint64(29))
+def _fmix(x: Any) -> Any:
+    """MurmurHash3's 64-bit finaliser: a bijection in which every input bit flips every
+    output bit with probability about one half."""
+    x ^= x >> np.uint64(33)
+    x *= np.uint64(0xFF51AFD7ED558CCD)
+    x ^= x >> np.uint64(33)
+    x *= np.uint64(0xC4CEB9FE1A85EC53)
+    return x ^ (x >> np.uint64(33))
+
+
+@kernel
+def _word_hash(w: Any, j: int, keys: Any) -> Any:
+    """Word ``j`` of a name's share of its hash: mixed under a secret key, then weighted.
+    (A plain multilinear sum of words is weak exactly where names differ: two names
+    whose words differ only in their top bytes collided for one key in 256.)"""
+    return _fmix(w ^ keys[_XOR + j]) * keys[_WEIGHT + j]
+
+
+@kernel
+def _finish(h: Any, n: int) -> Any:
+    return _fmix(h ^ np.uint64(n))
+
+
+@kernel
+def _set_share(h: Any, keys: Any) -> Any:
+    """A name's second share of a list's fingerprint (the first is its hash)."""
+    return _fmix(np.uint64(h) ^ keys[_SET])
 
 
 @kernel
@@ -71,13 +95,13 @@ def _word_at(aligned: Any, s: int) -> Any:
 
 
 @kernel
-def _hash_names(words: Any, meta: Any, ids: Any, weights: Any) -> None:
+def _hash_names(words: Any, meta: Any, ids: Any, keys: Any) -> None:
     for i in ids:
         h = np.uint64(0)
         o, n = meta[i, _SPAN] >> 8, meta[i, _SPAN] & 0xFF
-        for j in range((n + 7) >> 3):
-            h += words[o + j] * weights[j]
-        meta[i, _HASH] = np.int64(_mix(h, n))
+        for j in range((n >> 3) + 1):  # as ``_name`` reads it: to the closing quote's word
+            h += _word_hash(words[o + j] if 8 * j < n else np.uint64(0), j, keys)
+        meta[i, _HASH] = np.int64(_finish(h, n))
 
 
 @kernel
@@ -91,7 +115,7 @@ def _insert(table: Any, meta: Any, ids: Any) -> None:
 
 
 @kernel
-def _name(buf: Any, aligned: Any, s: int, weights: Any) -> Any:
+def _name(buf: Any, aligned: Any, s: int, keys: Any) -> Any:
     """The plain name that starts at ``s``, 8 bytes at a time: (length, hash), or
     length -1 when it is not a plain name this reads."""
     h = np.uint64(0)
@@ -109,10 +133,10 @@ def _name(buf: Any, aligned: Any, s: int, weights: Any) -> Any:
         seen = w | (_LETTERS & ~keep)
         if _has_zero_byte(seen ^ _ESCAPES) or ((seen - _SPACES) & ~seen & _HIGHS) != 0:
             return -1, np.int64(0)  # an escape or a control character: JSON decodes it
-        h += w * weights[j]
+        h += _word_hash(w, j, keys)  # the word the name ends in too, none of it its own
         if end < 8:
             n = 8 * j + end
-            return (n, np.int64(_mix(h, n))) if 0 < n <= NAME_MAX else (-1, np.int64(0))
+            return (n, np.int64(_finish(h, n))) if 0 < n <= NAME_MAX else (-1, np.int64(0))
     return -1, np.int64(0)
 
 
@@ -130,35 +154,46 @@ def _same(aligned: Any, s: int, n: int, words: Any, o: int) -> bool:
 
 
 @kernel
-def _parse(buf: Any, aligned: Any, weights: Any, starts: Any, lengths: Any,
+def _parse(buf: Any, aligned: Any, keys: Any, starts: Any, lengths: Any,
            hashes: Any) -> Any:
     """Each string of the JSON array in ``buf``: where it starts, its length and hash;
-    (how many, how it ended)."""
-    stop = len(buf)
+    (how many, how it ended, the list's fingerprint: see ``NameIndex.fingerprint``)."""
+    stop, sums = len(buf), np.zeros(2, np.uint64)
     p = _space(buf, 0)
     if p == stop or buf[p] != _OPEN:
-        return 0, PLAIN_ONLY
+        return 0, PLAIN_ONLY, sums
     p = _space(buf, p + 1)
     if p < stop and buf[p] == _CLOSE:
-        return 0, READ if _space(buf, p + 1) == stop else PLAIN_ONLY
+        return 0, READ if _space(buf, p + 1) == stop else PLAIN_ONLY, sums
     k = 0
     while k < len(starts):
         if p == stop or buf[p] != _QUOTE:
-            return k, PLAIN_ONLY
+            return k, PLAIN_ONLY, sums
         s = p + 1
-        n, h = _name(buf, aligned, s, weights)
+        n, h = _name(buf, aligned, s, keys)
         if n < 0:
-            return k, PLAIN_ONLY
+            return k, PLAIN_ONLY, sums
         starts[k], lengths[k], hashes[k] = s, n, h
+        sums[0] += np.uint64(h)
+        sums[1] += _set_share(h, keys)
         k += 1
         p = _space(buf, s + n + 1)
         if p < stop and buf[p] == _COMMA:
             p = _space(buf, p + 1)
         elif p < stop and buf[p] == _CLOSE:
-            return k, READ if _space(buf, p + 1) == stop else PLAIN_ONLY
+            return k, READ if _space(buf, p + 1) == stop else PLAIN_ONLY, sums
         else:
-            return k, PLAIN_ONLY
-    return k, PLAIN_ONLY  # more values than room: not a list this process reads
+            return k, PLAIN_ONLY, sums
+    return k, PLAIN_ONLY, sums  # more values than room: not a list this process reads
+
+
+@kernel
+def _fingerprint(meta: Any, ids: Any, keys: Any) -> Any:
+    sums = np.zeros(2, np.uint64)
+    for i in ids:
+        sums[0] += np.uint64(meta[i, _HASH])
+        sums[1] += _set_share(meta[i, _HASH], keys)
+    return sums
 
 
 @kernel
@@ -202,9 +237,15 @@ class NameIndex:
     """Name bytes -> id -> the one ``str`` for it. Names are kept as zero-padded words,
     so a name is hashed and compared 8 bytes at a time."""
 
-    def __init__(self, capacity_bytes: int = 64 << 20, weights: np.ndarray = _WEIGHTS) -> None:
+    def __init__(self, capacity_bytes: int = 64 << 20, weights: np.ndarray | None = None
+                 ) -> None:
         self.capacity_bytes = capacity_bytes
-        self._weights = weights  # the hash's: it picks what to compare, never decides
+        # The hash's keys, secret to the process (lists are told apart by fingerprint:
+        # nobody outside can aim at a collision). ``weights`` replaces the per-word
+        # weights: tests make every name of a length collide with zeros.
+        keys = np.random.default_rng().integers(0, 2**64, 2 * WORDS + 1, np.uint64)
+        keys[_WEIGHT:_SET] = keys[_WEIGHT:_SET] | np.uint64(1) if weights is None else weights
+        self._keys = keys
         self.clear()
 
     def clear(self) -> None:
@@ -217,6 +258,7 @@ class NameIndex:
         self.token = object()  # ids are valid while this is the index's token
         self._aligned = np.zeros(0, np.uint64)  # see _scratch
         self._starts = self._lengths = self._hashes = np.empty(0, np.int64)
+        self._last: tuple[bytes, _Parsed | None] | None = None  # see _parsed
 
     def read(self, data: bytes) -> tuple[np.ndarray, list[str]] | None:
         """The ids and strings of a JSON array of plain names; None for any other value
@@ -224,15 +266,27 @@ class NameIndex:
         found = self.read_ids(data)
         return None if found is None else (found[0], found[1][found[0]].tolist())
 
+    def fingerprint(self, data: bytes) -> Fingerprint | None:
+        """What a JSON array of plain names holds, whatever their order: (how many, and
+        two sums over the names of keyed 64-bit hashes of their bytes). Two lists of the
+        same names in any order have the same; two that differ, another but for a chance
+        of about 2^-64 per pair of names. None where ``read`` gives None. No look-up: a
+        ``read_ids`` of the same bytes next does not parse them again."""
+        parsed = self._parsed(data)
+        return None if parsed is None else (parsed[4], int(parsed[5][0]), int(parsed[5][1]))
+
+    def fingerprint_of(self, ids: np.ndarray) -> Fingerprint:
+        """``fingerprint`` of a list of names read before (ids valid while the token holds)."""
+        sums = _fingerprint(self._meta, ids, self._keys)
+        return len(ids), int(sums[0]), int(sums[1])
+
     def read_ids(self, data: bytes) -> tuple[np.ndarray, np.ndarray] | None:
         """``read``, with the strings left in the pool they are in: (ids, pool), the
         string of id i being pool[i] (the pool is never written again below its count)."""
-        if not np.little_endian:
+        parsed = self._parsed(data)
+        if parsed is None:
             return None
-        buf, aligned, starts, lengths, hashes = self._scratch(data)
-        k, how = _parse(buf, aligned, self._weights, starts, lengths, hashes)
-        if how != READ:
-            return None
+        aligned, starts, lengths, hashes, k, _ = parsed
         for _ in range(2):  # a full index is cleared once: these names go in first
             ids = np.empty(k, np.int64)
             unknown, _ = _look_up(aligned, self._words, self._meta, self._table, starts, lengths,
@@ -245,6 +299,19 @@ class NameIndex:
                 continue
             return ids, self._strings
         return None
+
+    def _parsed(self, data: bytes) -> _Parsed | None:
+        """``data`` parsed into the scratch buffers, once however often asked in a row
+        (the last body is held, so its identity cannot pass to another)."""
+        if self._last is not None and self._last[0] is data:
+            return self._last[1]
+        parsed = None
+        if np.little_endian:
+            buf, aligned, starts, lengths, hashes = self._scratch(data)
+            k, how, sums = _parse(buf, aligned, self._keys, starts, lengths, hashes)
+            parsed = (aligned, starts, lengths, hashes, k, sums) if how == READ else None
+        self._last = (data, parsed)
+        return parsed
 
     def _scratch(self, data: bytes) -> tuple[np.ndarray, ...]:
         """The body as bytes and as aligned words (zeros past its end), and room for every
@@ -309,7 +376,7 @@ class NameIndex:
         self._strings[ids] = [name.decode() for name in names]
         self._used += size
         self.count += len(names)
-        _hash_names(self._words, self._meta, ids, self._weights)
+        _hash_names(self._words, self._meta, ids, self._keys)
         _insert(self._table, self._meta, ids)
         return True
 
@@ -339,3 +406,4 @@ def _compile() -> None:
     index = NameIndex()
     index.read(b'["warm-up", "b"]')
     index.read(b'["b","warm-up"]')
+    index.fingerprint_of(np.zeros(1, np.int64))

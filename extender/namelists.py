@@ -27,7 +27,7 @@ from typing import Protocol, overload
 import msgspec
 import numpy as np
 
-from extender.namebytes import NameIndex
+from extender.namebytes import Fingerprint, NameIndex
 from extender.namejson import names_json
 from extender.nodebytes import value_end
 from extender.protocol import ExtenderArgs, NodeName, Pod, RawNodeList, args_decoder
@@ -46,7 +46,7 @@ class NameList(Sequence[str]):
     (an index that grows or clears makes a new one; this one keeps its entries); its JSON
     from the index's bytes (``json``)."""
 
-    __slots__ = ("_index", "_json", "_names", "_pool", "ids", "key", "token")
+    __slots__ = ("_index", "_json", "_names", "_pool", "fingerprint", "ids", "key", "token")
 
     def __init__(self, names: Sequence[str], key: Hashable, ids: Ints | None = None,
                  token: object = None) -> None:
@@ -54,6 +54,7 @@ class NameList(Sequence[str]):
         self._pool: np.ndarray | None = None
         self._index: NameIndex | None = None  # the index the ids are of, while ``token``
         self._json: bytes | None = None
+        self.fingerprint: Fingerprint | None = None  # set where a decoder keeps it
         self.key = key
         self.ids = ids
         self.token = token
@@ -218,6 +219,7 @@ class ArgsDecoder:
     def __init__(self, capacity: int = 8, nodes: NodeWalker | None = None,
                  index: NameIndex | None = None) -> None:
         self._lists: OrderedDict[Hashable, tuple[bytes, NameList]] = OrderedDict()
+        self._sets: dict[Fingerprint, NameList] = {}  # the kept lists by what they hold
         self._capacity = capacity
         self._nodes = nodes
         self._index = index if index is not None else NameIndex()
@@ -294,15 +296,27 @@ class ArgsDecoder:
     def names(self, data: bytes) -> NameList | None:
         """The list in ``data``, the very object of last time when the bytes are the same.
         Known by both ends of its bytes, then compared whole: hashing all 64 KiB of a
-        5,000-name list took longer than the compare."""
+        5,000-name list took longer than the compare.
+
+        A list of the very names of a kept one in another order is that one, order and
+        all: kube-scheduler reads a filter's passing names and prioritize's scores by
+        name, so the order of a list changes no answer it acts on, and its parallel
+        filter workers send the same candidates in a new order for every pod. Told by
+        fingerprint (``NameIndex.fingerprint``): no name looked up, and the plan made for
+        the list answers it, reply and all."""
         key = _key(data)
         seen = self._lists.get(key)
         if seen is not None and seen[0] == data:
             self._lists.move_to_end(key)
             return seen[1]
+        fingerprint = self._index.fingerprint(data)
+        same = self._sets.get(fingerprint) if fingerprint is not None else None
+        if same is not None:  # not kept under these bytes: they will not come again
+            self._lists.move_to_end(same.key)
+            return same
         found = self._read(data, key)
         if found is not None:
-            self._keep(key, data, found)
+            self._keep(key, data, found, fingerprint)
         return found
 
     def expect(self, names: NameList) -> None:
@@ -318,13 +332,25 @@ class ArgsDecoder:
         key = _key(data)
         seen = self._lists.get(key)
         if seen is None or seen[0] != data:
-            self._keep(key, data, names.keyed(key))
+            valid = names.token is self._index.token
+            fingerprint = self._index.fingerprint_of(names.ids) if valid else None
+            self._keep(key, data, names.keyed(key), fingerprint)
 
-    def _keep(self, key: Hashable, data: bytes, names: NameList) -> None:
+    def _keep(self, key: Hashable, data: bytes, names: NameList,
+              fingerprint: Fingerprint | None) -> None:
+        old = self._lists.pop(key, None)
+        if old is not None:
+            self._forget(old[1])
         self._lists[key] = (data, names)
-        self._lists.move_to_end(key)
+        if fingerprint is not None:
+            self._sets[fingerprint] = names
+            names.fingerprint = fingerprint
         while len(self._lists) > self._capacity:
-            self._lists.popitem(last=False)
+            self._forget(self._lists.popitem(last=False)[1][1])
+
+    def _forget(self, names: NameList) -> None:
+        if names.fingerprint is not None and self._sets.get(names.fingerprint) is names:
+            del self._sets[names.fingerprint]
 
     def _read(self, data: bytes, key: Hashable) -> NameList | None:
         read = self._index.read_ids(data)

@@ -3,6 +3,7 @@ same validation and error paths as decoding the whole body in one go."""
 
 from __future__ import annotations
 
+import random
 import re
 from pathlib import Path
 
@@ -141,7 +142,7 @@ def test_a_list_read_by_id_gives_its_names_however_it_is_used() -> None:
     names = [f"node-{i}" for i in range(50)]
     shuffled = names[::-1]
     a = dec.decode(body(names)).NodeNames
-    b = dec.decode(body(shuffled)).NodeNames
+    b = ArgsDecoder(index=index).decode(body(shuffled)).NodeNames  # not dec: a to it
     assert isinstance(a, NameList) and isinstance(b, NameList)
     assert a[3] == "node-3" and b[-1] == "node-0" and b[1:3] == ["node-48", "node-47"]
     assert picked(b, [3, 0, 49]) == ["node-46", "node-49", "node-0"] and picked(b, []) == []
@@ -150,7 +151,7 @@ def test_a_list_read_by_id_gives_its_names_however_it_is_used() -> None:
     assert a != b and a == NameList(names, "other key") and a != names[:-1]
     c = ArgsDecoder(index=index).decode(body(names)).NodeNames
     assert c is not a and c == a  # the same ids: equal without making strings
-    d = dec.decode(body(names[1:] + names[:1])).NodeNames  # not made into strings yet
+    d = ArgsDecoder(index=index).decode(body(names[1:] + names[:1])).NodeNames  # no strings
     assert isinstance(d, NameList)
     index.clear()
     index.read(msgspec.json.encode(["intruder", *shuffled]))  # ids move
@@ -198,7 +199,7 @@ def test_the_filters_passing_list_comes_back_without_a_read(monkeypatch: pytest.
                                                             ) -> None:
     """kube-scheduler sends prioritize the nodes the filter passed, in the reply's order:
     registered by the filter (``expect``), that body is recognised by its bytes and its
-    names come with their ids; the same names in another order are read as usual."""
+    names come with their ids; other names are read as usual."""
     index = NameIndex()
     dec = ArgsDecoder(index=index)
     candidates = dec.decode(body(["n-a", "n-b", "n-c", "n-d"])).NodeNames
@@ -216,4 +217,30 @@ def test_the_filters_passing_list_comes_back_without_a_read(monkeypatch: pytest.
     assert isinstance(echoed, NameList) and echoed == ["n-d", "n-b"] and not reads
     assert list(name_ids(index, echoed)) == list(name_ids(index, passing))
     assert dec.decode(body(["n-d", "n-b"])).NodeNames is echoed  # one object, as cached
-    assert dec.decode(body(["n-b", "n-d"])).NodeNames == ["n-b", "n-d"] and reads
+    assert dec.decode(body(["n-d", "n-a"])).NodeNames == ["n-d", "n-a"] and reads
+
+
+def test_the_same_names_in_another_order_are_the_list_kept(monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    """kube-scheduler's parallel filter workers send the same candidates in a new order
+    for every pod: such a list is the one kept, order and all, told by its fingerprint
+    (no name looked up); a list that differs in one name, or holds one twice, is not."""
+    index = NameIndex()
+    dec = ArgsDecoder(index=index, capacity=2)
+    names = [f"ip-10-0-{i // 200}-{i % 200}.ec2.internal" for i in range(1000)]
+    kept = dec.decode(body(names)).NodeNames
+    reads: list[bytes] = []
+    real = index.read_ids
+    monkeypatch.setattr(index, "read_ids", lambda data: reads.append(data) or real(data))
+    rng = random.Random(1)
+    for _ in range(3):
+        assert dec.decode(body(rng.sample(names, len(names)))).NodeNames is kept
+    assert not reads and len(dec._lists) == 1  # the permutations were not kept
+    for other in ([*names[:-1], "ip-10-0-9-9.ec2.internal"], [*names, names[0]], names[1:],
+                  [*names[:-1], names[0]]):
+        got = dec.decode(body(other[::-1])).NodeNames
+        assert got is not kept and got == other[::-1]
+    assert len(reads) == 4
+    dec.decode(body(["x"]))
+    dec.decode(body(["y"]))  # capacity 2: the kept list is gone, and so is its set
+    assert dec.decode(body(names[::-1])).NodeNames == names[::-1] and len(reads) == 7

@@ -80,10 +80,17 @@ def pod(uid: str) -> dict:
 class Asker:
     """filter and prioritize as the server calls them (lists read by id, the filter's
     passing list expected back), each reply as kube-scheduler reads it; ``planned``
-    counts the lists the service made or looked up a plan for."""
+    counts the lists the service made or looked up a plan for.
 
-    def __init__(self, svc: SchedulingService, monkeypatch: pytest.MonkeyPatch) -> None:
+    The service's own answer to a reordered list is under test, so by default the
+    decoder does not hand back a kept list for one of the same names (``by_set``: it
+    does in the server, see ``ArgsDecoder.names``)."""
+
+    def __init__(self, svc: SchedulingService, monkeypatch: pytest.MonkeyPatch,
+                 by_set: bool = False) -> None:
         self.svc, self.decoder, self.planned = svc, ArgsDecoder(index=svc.names), 0
+        if not by_set:
+            monkeypatch.setattr(svc.names, "fingerprint", lambda data: None)
         real = svc._plan
 
         def counted(*args: object) -> object:
@@ -159,3 +166,25 @@ def test_the_plans_own_passing_list_keeps_its_reply(svc: SchedulingService,
     _, passing = ask.filter("p", NODES)
     first = svc.prioritize(ask.args("p", passing))  # type: ignore[arg-type]
     assert svc.prioritize(ask.args("q", passing)) is first  # type: ignore[arg-type]
+
+
+def test_the_server_answers_a_reordered_list_as_the_list_it_reorders(
+        svc: SchedulingService, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As the server decodes them, the same candidates in a new order are the list kept
+    before: no plan looked up, the very reply of the plan (its order), which passes and
+    fails exactly the nodes a fresh evaluation of the new order does; prioritize then
+    gets the plan's own passing list back."""
+    ask, rng = Asker(svc, monkeypatch, by_set=True), random.Random(9)
+    ask.filter("warm", NODES)
+    for i in range(4):
+        order = rng.sample(NODES, len(NODES))
+        planned = ask.planned
+        reply, passing = ask.filter(f"p{i}", order)
+        assert ask.planned == planned + 1  # the kept list's plan: taken, not made
+        fresh = ask.fresh("filter", f"p{i}", order)
+        assert set(reply["NodeNames"]) == set(fresh["NodeNames"]) and len(passing) > 1
+        assert reply["FailedNodes"] == fresh["FailedNodes"] and reply["FailedNodes"]
+        assert reply["NodeNames"] == [n for n in NODES if n in set(passing)]  # kept order
+        scores = ask.prioritize(f"p{i}", passing)
+        assert sorted(scores, key=str) == sorted(ask.fresh("prioritize", f"p{i}", list(
+            passing)), key=str)
