@@ -205,9 +205,10 @@ def _subset(parent: Plan, names: Sequence[str], index: NameIndex) -> Plan | None
     if not ok:
         return None
     failures = {}
-    if parent.failures:
-        ours = back.tolist()  # a list: numpy scalar indexing per failure costs 10x more
-        failures = {ours[p]: f for p, f in parent.failures.items() if ours[p] >= 0}
+    if parent.failures:  # only the failures' positions mapped: a list of all was ~50 µs
+        at = np.fromiter(parent.failures, np.int64, len(parent.failures))
+        failures = {k: f for k, f in zip(back[at].tolist(), parent.failures.values(),
+                                        strict=True) if k >= 0}
     down = back[parent.unavailable]
     return Plan(
         names=names,

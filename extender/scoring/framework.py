@@ -147,6 +147,7 @@ def blend_kernel(raw, fits, prices, w_policy, w_cost):  # numba infers the types
 @warms
 def _warm_up() -> None:
     blended_array(np.zeros(1), np.ones(1, dtype=bool), np.zeros(1), Weights())
+    priority_array(np.zeros(1), np.ones(1, dtype=bool), np.zeros(1), Weights())
 
 
 def as_arrays(
@@ -171,10 +172,20 @@ def blended(
 
 def priority_array(raw: Floats, fits: Bools, prices: Floats, weights: Weights) -> Ints:
     """Integer 0..10 per node, round(10 * b(n)) (half to even, as Python's round); nodes
-    that do not fit get 0."""
-    b = blended_array(raw, fits, prices, weights)
-    scores = np.clip(np.round(MAX_PRIORITY * np.where(fits, b, 0.0)), 0, MAX_PRIORITY)
-    return scores.astype(np.int64)
+    that do not fit get 0. One compiled call: as the five NumPy calls it was, it cost
+    ~70 µs for the few nodes a filter passes when they came cold, after a report round."""
+    return _priorities(raw, fits, prices, float(weights.policy), float(weights.cost),
+                       float(MAX_PRIORITY))
+
+
+@kernel
+def _priorities(raw, fits, prices, w_policy, w_cost, top):  # numba infers the types
+    b = blend_kernel(raw, fits, prices, w_policy, w_cost)
+    out = np.zeros(raw.shape[0], dtype=np.int64)
+    for i in range(raw.shape[0]):
+        if fits[i]:
+            out[i] = int(min(max(np.rint(top * b[i]), 0.0), top))  # rint: half to even
+    return out
 
 
 def priorities(
