@@ -20,8 +20,12 @@ import uvicorn
 from fastapi import Request
 from fastapi.responses import Response
 
+import extender.plans
+import extender.scoring.fragmentation
 import extender.server
+import extender.service
 from extender.app import build
+from extender.columns import NodeColumns
 from extender.logs import setup_logging
 from extender.namebytes import NameIndex
 from extender.namelists import ArgsDecoder, NameList
@@ -37,6 +41,13 @@ SECTIONS: list[tuple[Any, str]] = [
     (SchedulingService, "_reordered_filter"), (SchedulingService, "_reordered_priorities"),
     (SchedulingService, "_reorder_source"), (Plans, "kept"), (Plans, "parent"),
     (NameList, "json"), (extender.server, "encode_filter_result"),
+    # a plan brought up to date after a round of reports (churn), and the filter's answer
+    (extender.plans, "_patch"), (extender.plans, "_merge"), (extender.plans, "_subset"),
+    (SchedulingService, "_changed"), (SchedulingService, "_evaluate_names"),
+    (NodeColumns, "read"), (extender.service, "evaluate_rows"),
+    (extender.scoring.fragmentation, "_greedy_one"), (SchedulingService, "_filter_outcome"),
+    (extender.service, "narrowed"), (extender.service, "priority_array"),
+    (extender.service, "demand_of"), (extender.service, "pod_ref"),
 ]
 ROUTES = {"/filter": "filter", "/prioritize": "prioritize", "/floor": "floor"}
 

@@ -85,16 +85,17 @@ class NameList(Sequence[str]):
         return self._names
 
     def part(self, positions: Ints) -> NameList:
-        """The names at these positions as a list of their own, with their ids. Strings
-        already made are taken (a list given ids after its strings may hold a pool that
-        no longer matches them); else they are made from the pool when asked for. This
+        """The names at these positions as a list of their own, with their ids, their
+        strings made from the pool when asked for (the filter's passing set: its reply
+        is written from the index's bytes, and hundreds of cold strings cost ~15 µs);
+        taken from this list's strings when it has no pool (ids given to strings). This
         one must have ids. Unkeyed: the decoder keys it by the bytes it comes back as
         (``ArgsDecoder.expect``)."""
         assert self.ids is not None
         part = NameList((), None, self.ids[positions], self.token)
         part._names, part._pool, part._index = None, self._pool, self._index
-        if self._names is not None:
-            part._names = _at(self._names, positions)
+        if self._pool is None:  # ids given to a list of strings: no pool to make them from
+            part._names = _at(self.as_list(), positions)
         return part
 
     def keyed(self, key: Hashable) -> NameList:
@@ -103,13 +104,6 @@ class NameList(Sequence[str]):
         copy._names, copy._pool, copy._index = self._names, self._pool, self._index
         copy._json = self._json
         return copy
-
-    def pick(self, positions: list[int] | Ints) -> list[str]:
-        """The names at these positions; for a list read by id, made in one array call
-        (the filter's passing set can be hundreds of names: one by one, 0.1 ms)."""
-        if self._names is None:
-            return self._pool[self.ids[positions]].tolist()  # type: ignore[index]
-        return _at(self._names, positions)
 
     def __len__(self) -> int:
         return len(self.ids) if self._names is None else len(self._names)  # type: ignore[arg-type]
@@ -140,11 +134,44 @@ class NameList(Sequence[str]):
         return f"NameList({self.as_list()!r})"
 
 
-def picked(names: Sequence[str], positions: list[int] | Ints) -> list[str]:
-    """The names at these positions, from any list (``NameList.pick`` for ours)."""
-    if isinstance(names, NameList):
-        return names.pick(positions)
-    return _at(names, positions)
+def picked(names: Sequence[str], positions: list[int] | Ints) -> Sequence[str]:
+    """The names at these positions, from any list, each made only when asked for."""
+    at = positions.tolist() if isinstance(positions, np.ndarray) else positions
+    return Picked(names, at)
+
+
+class Picked(Sequence[str]):
+    """Some names of a list, by position, each made only when asked for: a plan
+    re-evaluates the nodes a round of reports changed by their rows, and names only the
+    ones that do not fit (their reasons). Made up front, the names of 100 nodes cost
+    ~30 µs in the server: every string object is cold by then."""
+
+    __slots__ = ("_names", "_positions")
+
+    def __init__(self, names: Sequence[str], positions: list[int]) -> None:
+        self._names, self._positions = names, positions
+
+    def __len__(self) -> int:
+        return len(self._positions)
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[str]: ...
+    def __getitem__(self, i: int | slice) -> str | list[str]:
+        if isinstance(i, slice):
+            return [self._names[p] for p in self._positions[i]]
+        return self._names[self._positions[i]]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence) and not isinstance(other, str):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # as a list's
+
+    def __repr__(self) -> str:
+        return f"Picked({list(self)!r})"
 
 
 def passing_list(names: Sequence[str], positions: Ints) -> Sequence[str]:
@@ -168,6 +195,7 @@ def name_ids(index: NameIndex, names: Sequence[str]) -> Ints | None:
         if names.token is not index.token:
             strings = names.as_list()  # made before its ids change: its pool is the old one
             names.ids, names.token, names._index = index.ids_of(strings), index.token, index
+            names._pool = index.pool() if names.ids is not None else None  # theirs now
         return names.ids
     return index.ids_of(names)
 

@@ -200,8 +200,8 @@ def _subset(parent: Plan, names: Sequence[str], index: NameIndex) -> Plan | None
     ids, where = name_ids(index, names), parent.where(index)
     if ids is None or where is None:
         return None
-    ok, back, fits, raw, price, rows = _take_by_ids(where, ids, parent.fits, parent.raw,
-                                                    parent.price, parent.rows)
+    ok, back, fits, raw, price, rows, down = _take_by_ids(
+        where, ids, parent.fits, parent.raw, parent.price, parent.rows, parent.unavailable)
     if not ok:
         return None
     failures = {}
@@ -209,7 +209,6 @@ def _subset(parent: Plan, names: Sequence[str], index: NameIndex) -> Plan | None
         at = np.fromiter(parent.failures, np.int64, len(parent.failures))
         failures = {k: f for k, f in zip(back[at].tolist(), parent.failures.values(),
                                         strict=True) if k >= 0}
-    down = back[parent.unavailable]
     return Plan(
         names=names,
         fits=fits,
@@ -218,7 +217,7 @@ def _subset(parent: Plan, names: Sequence[str], index: NameIndex) -> Plan | None
         failures=failures,
         seq=parent.seq,
         fresh_until=parent.fresh_until,
-        unavailable=np.sort(down[down >= 0]),
+        unavailable=down,
         rows=rows,
         layout=parent.layout,
         source=(parent, back),
@@ -227,30 +226,38 @@ def _subset(parent: Plan, names: Sequence[str], index: NameIndex) -> Plan | None
 
 @kernel
 def _take_by_ids(where: Ints, ids: Ints, fits: Bools, raw: Floats, price: Floats,
-                 rows: Ints) -> tuple[bool, Ints, Bools, Floats, Floats, Ints]:
-    """The parent's entries for these ids, in their order, and where each parent position
-    went (``back``, -1: not taken); False if an id is not in the parent or two ids share
-    a position. One pass instead of a lookup and four gathers."""
+                 rows: Ints, unavailable: Ints
+                 ) -> tuple[bool, Ints, Bools, Floats, Floats, Ints, Ints]:
+    """The parent's entries for these ids, in their order, where each parent position
+    went (``back``, -1: not taken) and which of the taken were unavailable (ascending);
+    False if an id is not in the parent or two ids share a position. One pass instead
+    of a lookup, four gathers and the NumPy calls around them (5-10 µs each, cold)."""
     n = len(ids)
     back = np.full(len(fits), -1, dtype=np.int64)
     out_fits, out_raw = np.empty(n, dtype=np.bool_), np.empty(n)
     out_price, out_rows = np.empty(n), np.empty(n, dtype=np.int64)
+    down, m = np.empty(min(n, len(unavailable)), dtype=np.int64), 0
+    was_down = np.zeros(len(fits) if len(unavailable) else 0, dtype=np.bool_)
+    for p in unavailable:
+        was_down[p] = True
     for k in range(n):
         i = ids[k]
         if i >= len(where) or where[i] < 0 or back[where[i]] >= 0:
-            return False, back, out_fits, out_raw, out_price, out_rows
+            return False, back, out_fits, out_raw, out_price, out_rows, down[:0]
         at = where[i]
         back[at] = k
         out_fits[k], out_raw[k], out_price[k], out_rows[k] = fits[at], raw[at], price[at], rows[at]
-    return True, back, out_fits, out_raw, out_price, out_rows
+        if len(unavailable) and was_down[at]:
+            down[m] = k
+            m += 1
+    return True, back, out_fits, out_raw, out_price, out_rows, down[:m]
 
 
 @warms
 def _compile() -> None:
     one, yes = np.zeros(1, np.int64), np.ones(1, dtype=bool)
-    _take_by_ids(one, one, yes, np.zeros(1), np.zeros(1), one)
-    _merge(yes, np.zeros(1), np.zeros(1), one, yes, np.zeros(1), np.zeros(1), np.zeros(1),
-           np.zeros(1, np.int64))
+    _take_by_ids(one, one, yes, np.zeros(1), np.zeros(1), one, one)
+    _merge(yes, np.zeros(1), np.zeros(1), one, yes, np.zeros(1), np.zeros(1), np.zeros(1))
 
 
 def _patch(plan: Plan, changed: Ints, seq: int, evaluate: Evaluate, stale_after: float) -> None:
@@ -260,10 +267,9 @@ def _patch(plan: Plan, changed: Ints, seq: int, evaluate: Evaluate, stale_after:
     if not redo.size:
         return
     new = evaluate(picked(plan.names, redo.tolist()), plan.rows[redo])
-    failing = np.empty(len(redo), dtype=np.int64)
-    differs, earliest, n = _merge(plan.fits, plan.raw, plan.price, redo, new.fits, new.raw,
-                                  new.price, new.received, failing)
-    for k in failing[:n].tolist():  # a reason exactly where a node does not fit
+    differs, earliest, failing, down = _merge(plan.fits, plan.raw, plan.price, redo, new.fits,
+                                              new.raw, new.price, new.received)
+    for k in failing.tolist():  # a reason exactly where a node does not fit
         i, reason = int(redo[k]), new.failures.get(k)
         if plan.failures.get(i) != reason:
             differs = True
@@ -274,20 +280,22 @@ def _patch(plan: Plan, changed: Ints, seq: int, evaluate: Evaluate, stale_after:
     if differs:
         plan.derived.clear()
         plan.source = None  # its answers are its own now, not the parent's reordered
-    plan.unavailable = redo[np.isnan(new.received)]  # every one unavailable before is in redo
+    plan.unavailable = down  # every one unavailable before is in redo
     plan.fresh_until = min(plan.fresh_until, earliest + stale_after)
 
 
 @kernel
 def _merge(fits: Bools, raw: Floats, price: Floats, redo: Ints, new_fits: Bools,
-           new_raw: Floats, new_price: Floats, new_received: Floats,
-           failing: Ints) -> tuple[bool, float, int]:
+           new_raw: Floats, new_price: Floats,
+           new_received: Floats) -> tuple[bool, float, Ints, Ints]:
     """Writes the re-evaluated entries at ``redo``. Returns whether any differed (NaN
-    prices equal), the earliest report time among them (inf if none was available), and
-    how many of them did not fit before or do not now (their indices into ``redo``, in
-    ``failing``: only those can have a failure reason to change). One pass: as NumPy
-    and Python this was a dozen calls and three loops for a handful of entries."""
-    differs, earliest, n = False, np.inf, 0
+    prices equal), the earliest report time among them (inf if none was available), which
+    of them did not fit before or do not now (indices into ``redo``: only those can have
+    a failure reason to change), and the plan positions now unavailable. One pass: as
+    NumPy and Python this was a dozen calls and three loops for a handful of entries,
+    and each NumPy call costs 5-10 µs in the server, where its code is cold."""
+    differs, earliest, n, m = False, np.inf, 0, 0
+    failing, down = np.empty(len(redo), np.int64), np.empty(len(redo), np.int64)
     for k in range(len(redo)):
         i = redo[k]
         same_price = price[i] == new_price[k] or (np.isnan(price[i]) and np.isnan(new_price[k]))
@@ -297,6 +305,9 @@ def _merge(fits: Bools, raw: Floats, price: Floats, redo: Ints, new_fits: Bools,
             failing[n] = k
             n += 1
         fits[i], raw[i], price[i] = new_fits[k], new_raw[k], new_price[k]
-        if new_received[k] < earliest:  # NaN (unavailable) compares False
+        if np.isnan(new_received[k]):
+            down[m] = i
+            m += 1
+        elif new_received[k] < earliest:
             earliest = new_received[k]
-    return differs, earliest, n
+    return differs, earliest, failing[:n], down[:m]

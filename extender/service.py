@@ -60,7 +60,7 @@ from extender.protocol import (
 from extender.reorder import passing_positions, scores_by_id, scores_of
 from extender.reports import NodeReport, ReportResponse
 from extender.scoring import Context, Evaluation, Limits, Policy, Weights, evaluate
-from extender.scoring.batch import Ints
+from extender.scoring.batch import Ints, unfit
 from extender.scoring.framework import (
     as_arrays,
     evaluate_rows,
@@ -284,9 +284,16 @@ class SchedulingService:
         reply = plan.derived.get("prioritize")
         if reply is None:
             scores = priority_array(plan.raw, plan.fits, plan.price, self.config.weights)
-            reply = plan.derived["prioritize"] = _encoded(
-                list(map(HostPriority, names, scores.tolist())))
+            reply = plan.derived["prioritize"] = self._scores_reply(names, scores)
         return cast(msgspec.Raw, reply)
+
+    def _scores_reply(self, names: Sequence[str], scores: Ints) -> msgspec.Raw:
+        """The ``HostPriority`` list, written from the name index's bytes when the names
+        have ids there (no ``str``, no struct per node: ``namejson``)."""
+        if isinstance(names, NameList) and names.ids is not None and (
+                names.token is self.names.token):
+            return msgspec.Raw(scores_json(self.names, names.ids, scores))
+        return _encoded(list(map(HostPriority, names, scores.tolist())))
 
     def _reordered_priorities(self, demand: GpuDemand, names: Sequence[str],
                               now: float) -> msgspec.Raw | None:
@@ -391,7 +398,7 @@ class SchedulingService:
                     failures[i] = (ev.reason, ev.unresolvable)
         else:
             fits, raw = evaluate_rows(cols.whole(ctx.limits), live, demand, self.policy, ctx)
-        for i in np.flatnonzero(~fits).tolist():
+        for i in unfit(fits).tolist():
             if i not in failures:
                 failures[i] = self._failure(names[i], bool(live[i] >= 0), demand, ctx, now)
         return Outcome(fits, raw, price, received, failures, rows, cols.layout)

@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
     ("bench/phases.py", ["--nodes", "30", "--pods", "3"], "| shuffled |"),
     ("bench/sections.py", ["--nodes", "30", "--pods", "3", "--shapes", "shuffled"],
      "| shuffled | prioritize | whole request | 3 |"),
+    ("bench/names.py", ["--nodes", "30", "--reads", "3"], "| simulated (node-00042) |"),
 ])
 def test_a_bench_command_prints_its_table(script: str, args: list[str], row: str) -> None:
     done = subprocess.run([sys.executable, str(ROOT / script), *args], cwd=ROOT,

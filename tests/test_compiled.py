@@ -34,7 +34,7 @@ def test_after_warm_up_requests_compile_nothing_more() -> None:
     the argument types the scoring path passes, whatever the demand or subset."""
     from extender.columns import NodeColumns
     from extender.demand import CapacityPref, GpuDemand
-    from extender.scoring import Context, Limits, policy_by_name
+    from extender.scoring import Context, Limits, framework, policy_by_name
     from extender.scoring.batch import GpuBatch
     from extender.scoring.framework import (
         Weights,
@@ -42,13 +42,15 @@ def test_after_warm_up_requests_compile_nothing_more() -> None:
         blended_array,
         evaluate_batch,
         evaluate_rows,
+        priority_array,
     )
     from extender.scoring.model import GpuView, NodeView
 
     compiled.warm_up()
     kernels = [fragmentation._greedy, fragmentation._greedy_one, blend_kernel,
                batch._chosen_fill, batch._node_fill, columns._read, columns._changed,
-               narrowing._passing, plans._merge, plans._take_by_ids]
+               narrowing._passing, plans._merge, plans._take_by_ids, batch.unfit,
+               framework._priorities]
     before = [len(k.signatures) for k in kernels]
     lim = Limits()
     nodes = [NodeView(f"n{i}", tuple(GpuView(f"g{i}{j}", j, "A10G", 24_576, 1000 * i * j)
@@ -69,6 +71,8 @@ def test_after_warm_up_requests_compile_nothing_more() -> None:
                                       Context(lim))
             narrowing.passing(raw, fits, price, Weights(2, 1), 0.05)
             redo = np.arange(2, dtype=np.int64)
-            plans._merge(fits, raw, price, redo, fits[:2], raw[:2], price[:2], received[:2],
-                         np.zeros(2, np.int64))
+            plans._merge(fits, raw, price, redo, fits[:2], raw[:2], price[:2], received[:2])
+            batch.unfit(fits)
+            plans._take_by_ids(np.arange(5), redo, fits, raw, price, live, redo[:1])
+            priority_array(raw, fits, price, Weights(2, 1))
     assert [len(k.signatures) for k in kernels] == before
