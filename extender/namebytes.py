@@ -188,15 +188,6 @@ def _parse(buf: Any, aligned: Any, keys: Any, starts: Any, lengths: Any,
 
 
 @kernel
-def _fingerprint(meta: Any, ids: Any, keys: Any) -> Any:
-    sums = np.zeros(2, np.uint64)
-    for i in ids:
-        sums[0] += np.uint64(meta[i, _HASH])
-        sums[1] += _set_share(meta[i, _HASH], keys)
-    return sums
-
-
-@kernel
 def _look_up(aligned: Any, words: Any, meta: Any, table: Any, starts: Any, lengths: Any,
              hashes: Any, k: int, ids: Any, count: int, used: int) -> tuple[int, int]:
     """Each parsed name's id, else ``-1 - start``; how many are not known (and what the
@@ -274,11 +265,6 @@ class NameIndex:
         ``read_ids`` of the same bytes next does not parse them again."""
         parsed = self._parsed(data)
         return None if parsed is None else (parsed[4], int(parsed[5][0]), int(parsed[5][1]))
-
-    def fingerprint_of(self, ids: np.ndarray) -> Fingerprint:
-        """``fingerprint`` of a list of names read before (ids valid while the token holds)."""
-        sums = _fingerprint(self._meta, ids, self._keys)
-        return len(ids), int(sums[0]), int(sums[1])
 
     def read_ids(self, data: bytes) -> tuple[np.ndarray, np.ndarray] | None:
         """``read``, with the strings left in the pool they are in: (ids, pool), the
@@ -406,4 +392,3 @@ def _compile() -> None:
     index = NameIndex()
     index.read(b'["warm-up", "b"]')
     index.read(b'["b","warm-up"]')
-    index.fingerprint_of(np.zeros(1, np.int64))

@@ -359,10 +359,8 @@ class ArgsDecoder:
         data = names.json()
         key = _key(data)
         seen = self._lists.get(key)
-        if seen is None or seen[0] != data:
-            valid = names.token is self._index.token
-            fingerprint = self._index.fingerprint_of(names.ids) if valid else None
-            self._keep(key, data, names.keyed(key), fingerprint)
+        if seen is None or seen[0] != data:  # no fingerprint: it comes back as it is
+            self._keep(key, data, names.keyed(key), None)
 
     def _keep(self, key: Hashable, data: bytes, names: NameList,
               fingerprint: Fingerprint | None) -> None:
