@@ -35,7 +35,9 @@ from extender.service import SchedulingService
 from extender.settings import Settings
 
 SECTIONS: list[tuple[Any, str]] = [
-    (ArgsDecoder, "decode"), (NameIndex, "read_ids"), (ArgsDecoder, "expect"),
+    (ArgsDecoder, "decode"), (ArgsDecoder, "pod"), (ArgsDecoder, "names"),
+    (NameIndex, "read_ids"), (NameIndex, "fingerprint"), (NameIndex, "_scratch"),
+    (ArgsDecoder, "expect"),
     (SchedulingService, "filter"), (SchedulingService, "prioritize"),
     (SchedulingService, "_remember"), (SchedulingService, "_plan"),
     (SchedulingService, "_reordered_filter"), (SchedulingService, "_reordered_priorities"),
