@@ -118,7 +118,10 @@ class Plans:
         self._names = names
         self._plans: OrderedDict[Hashable, Plan] = OrderedDict()
         self._capacity = capacity
-        self._last: dict[Hashable, Plan] = {}  # per shape, the plan used last
+        # per shape, its widest plan (see parent); as many shapes as plans are kept: the
+        # shapes change for good (a new workload-mix version is part of each), and each
+        # of these holds a whole candidate list's arrays
+        self._last: OrderedDict[Hashable, Plan] = OrderedDict()
 
     def plan(
         self,
@@ -162,6 +165,7 @@ class Plans:
         if parent is None or not self._current(parent, now, seq, changed, evaluate,
                                                stale_after):
             return None
+        self._last.move_to_end(shape)
         return parent
 
     def _evaluated(self, names: Sequence[str], shape: Hashable, seq: int, evaluate: Evaluate,
@@ -171,6 +175,9 @@ class Plans:
         plan = Plan.of(names, seq, evaluate(names, None), stale_after)
         if len(names) >= len(self._last.get(shape, plan).names):
             self._last[shape] = plan
+            self._last.move_to_end(shape)
+            while len(self._last) > self._capacity:
+                self._last.popitem(last=False)
         return plan
 
     @staticmethod

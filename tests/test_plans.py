@@ -139,3 +139,28 @@ def test_plans_match_a_fresh_evaluation(tmp_path: Path, ops: list[tuple]) -> Non
             svc.plans = kept
     svc.writer.close()
     ledger.close()
+
+
+def test_plans_are_kept_for_a_bounded_number_of_shapes() -> None:
+    """Shapes change for good (the workload-mix version is part of each): a shape's
+    widest plan, a whole candidate list's arrays, is kept for the latest shapes only."""
+    import numpy as np
+
+    from extender.namebytes import NameIndex
+    from extender.plans import Outcome
+
+    def evaluate(names: Sequence[str], rows: object) -> Outcome:
+        n = len(names)
+        return Outcome(np.ones(n, dtype=bool), np.zeros(n), np.zeros(n), np.full(n, 5.0), {},
+                       np.arange(n, dtype=np.int64), 0)
+
+    plans = Plans(NameIndex(), capacity=4)
+    names = [f"n{i}" for i in range(50)]
+
+    def parent(shape: int) -> object:
+        return plans.parent(shape, 6.0, 1, lambda plan: np.zeros(0, np.int64), evaluate, 60.0)
+
+    for shape in range(100):
+        plans.plan(names, shape, 6.0, 1, lambda plan: np.zeros(0, np.int64), evaluate, 60.0)
+        assert parent(shape) is not None
+    assert len(plans._last) == 4 and parent(0) is None and parent(99) is not None
