@@ -98,7 +98,7 @@ class Plan:
 
     @staticmethod
     def of(names: Sequence[str], seq: int, outcome: Outcome, stale_after: float) -> Plan:
-        received = outcome.received[~np.isnan(outcome.received)]
+        earliest, unavailable = _received(outcome.received)
         return Plan(
             names=names,
             fits=outcome.fits,
@@ -106,8 +106,8 @@ class Plan:
             price=outcome.price,
             failures=outcome.failures,
             seq=seq,
-            fresh_until=float(received.min()) + stale_after if received.size else np.inf,
-            unavailable=np.flatnonzero(np.isnan(outcome.received)),
+            fresh_until=earliest + stale_after,
+            unavailable=unavailable,
             rows=outcome.rows,
             layout=outcome.layout,
         )
@@ -232,6 +232,21 @@ def _subset(parent: Plan, names: Sequence[str], index: NameIndex) -> Plan | None
 
 
 @kernel
+def _received(received: Floats) -> tuple[float, Ints]:
+    """The earliest report time relied on (inf if none) and the positions of the nodes
+    that were unavailable (NaN): one pass, where five NumPy calls over 5,000 entries cost
+    ~15 µs of a cold evaluation in the server."""
+    earliest, down, m = np.inf, np.empty(len(received), np.int64), 0
+    for i in range(len(received)):
+        if np.isnan(received[i]):
+            down[m] = i
+            m += 1
+        elif received[i] < earliest:
+            earliest = received[i]
+    return earliest, down[:m]
+
+
+@kernel
 def _take_by_ids(where: Ints, ids: Ints, fits: Bools, raw: Floats, price: Floats,
                  rows: Ints, unavailable: Ints
                  ) -> tuple[bool, Ints, Bools, Floats, Floats, Ints, Ints]:
@@ -264,6 +279,7 @@ def _take_by_ids(where: Ints, ids: Ints, fits: Bools, raw: Floats, price: Floats
 def _compile() -> None:
     one, yes = np.zeros(1, np.int64), np.ones(1, dtype=bool)
     _take_by_ids(one, one, yes, np.zeros(1), np.zeros(1), one, one)
+    _received(np.zeros(1))
     _merge(yes, np.zeros(1), np.zeros(1), one, yes, np.zeros(1), np.zeros(1), np.zeros(1))
 
 

@@ -40,8 +40,25 @@ def _number(s: str, original: str) -> Decimal:
 @lru_cache(maxsize=4096)
 def quantity_to_mib(text: str) -> int:
     """Bytes quantity to whole MiB, rounded up (a request is never shrunk)."""
+    whole = _whole_bytes(text)
+    if whole is not None:  # "20Gi", "1500Mi": integer arithmetic, exact, no Decimal
+        return -(-whole // MIB)
     value = parse_quantity(text)
     return int((value / MIB).to_integral_value(rounding=ROUND_CEILING))
+
+
+def _whole_bytes(text: str) -> int | None:
+    """Bytes of a quantity written as ASCII digits and a binary or decimal suffix (what
+    pods write), else None (``parse_quantity`` reads the rest). A new ask misses the
+    cache, and Decimal took ~15 µs of such a filter."""
+    s = text.strip()
+    for table in (_BINARY, _DECIMAL):
+        suffix = s[-2:] if table is _BINARY else s[-1:]
+        factor = table.get(suffix)
+        digits = s[: -len(suffix)] if factor else ""
+        if factor and digits.isascii() and digits.isdigit():
+            return int(digits) * factor
+    return None
 
 
 @lru_cache(maxsize=4096)

@@ -50,7 +50,7 @@ def test_after_warm_up_requests_compile_nothing_more() -> None:
     kernels = [fragmentation._greedy, fragmentation._greedy_one, blend_kernel,
                batch._chosen_fill, batch._node_fill, columns._read, columns._changed,
                narrowing._passing, plans._merge, plans._take_by_ids, batch.unfit,
-               framework._priorities]
+               framework._priorities, plans._received]
     before = [len(k.signatures) for k in kernels]
     lim = Limits()
     nodes = [NodeView(f"n{i}", tuple(GpuView(f"g{i}{j}", j, "A10G", 24_576, 1000 * i * j)
@@ -73,6 +73,7 @@ def test_after_warm_up_requests_compile_nothing_more() -> None:
             redo = np.arange(2, dtype=np.int64)
             plans._merge(fits, raw, price, redo, fits[:2], raw[:2], price[:2], received[:2])
             batch.unfit(fits)
+            plans._received(received)
             plans._take_by_ids(np.arange(5), redo, fits, raw, price, live, redo[:1])
             priority_array(raw, fits, price, Weights(2, 1))
     assert [len(k.signatures) for k in kernels] == before
