@@ -21,7 +21,7 @@ is left to the JSON decoder, which also names what is wrong.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 import numpy as np
@@ -33,8 +33,6 @@ WORDS = (NAME_MAX + 7) // 8
 _HASH, _SPAN = 0, 1  # NameIndex._meta's columns: hash bits, word offset << 8 | length
 READ, PLAIN_ONLY = 0, 1  # how a read ended: the whole array, or a value it leaves to JSON
 Fingerprint = tuple[int, int, int]  # see NameIndex.fingerprint
-# a body parsed: aligned words, each name's start, length and hash, how many, sums
-_Parsed = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, np.ndarray]
 _QUOTE, _ESCAPE, _COMMA, _OPEN, _CLOSE = (ord(c) for c in '"\\,[]')
 _ONES, _HIGHS = np.uint64(0x0101010101010101), np.uint64(0x8080808080808080)
 _QUOTES, _ESCAPES, _SPACES = (np.uint64(0x0101010101010101 * c) for c in (0x22, 0x5C, 0x20))
@@ -229,6 +227,17 @@ def _probe(aligned: Any, words: Any, meta: Any, table: Any, s: int, n: int, h: A
     return -1 - s
 
 
+class _Parsed(NamedTuple):
+    """A body parsed into the scratch buffers (valid until the next parse)."""
+
+    aligned: np.ndarray  # its bytes as words
+    starts: np.ndarray  # each name's start, length and hash
+    lengths: np.ndarray
+    hashes: np.ndarray
+    names: int  # how many
+    sums: np.ndarray  # the fingerprint's two sums
+
+
 class NameIndex:
     """Name bytes -> id -> the one ``str`` for it. Names are kept as zero-padded words,
     so a name is hashed and compared 8 bytes at a time."""
@@ -269,7 +278,8 @@ class NameIndex:
         of about 2^-64 per pair of names. None where ``read`` gives None. No look-up: a
         ``read_ids`` of the same bytes next does not parse them again."""
         parsed = self._parsed(data)
-        return None if parsed is None else (parsed[4], int(parsed[5][0]), int(parsed[5][1]))
+        return None if parsed is None else (parsed.names, int(parsed.sums[0]),
+                                            int(parsed.sums[1]))
 
     def read_ids(self, data: bytes) -> tuple[np.ndarray, np.ndarray] | None:
         """``read``, with the strings left in the pool they are in: (ids, pool), the
@@ -300,7 +310,7 @@ class NameIndex:
         if np.little_endian:
             buf, aligned, starts, lengths, hashes = self._scratch(data)
             k, how, sums = _parse(buf, aligned, self._keys, starts, lengths, hashes)
-            parsed = (aligned, starts, lengths, hashes, k, sums) if how == READ else None
+            parsed = _Parsed(aligned, starts, lengths, hashes, k, sums) if how == READ else None
         self._last = (data, parsed)
         return parsed
 

@@ -46,7 +46,7 @@ class NameList(Sequence[str]):
     (an index that grows or clears makes a new one; this one keeps its entries); its JSON
     from the index's bytes (``json``)."""
 
-    __slots__ = ("_index", "_json", "_names", "_pool", "fingerprint", "ids", "key", "token")
+    __slots__ = ("_index", "_json", "_names", "_pool", "ids", "key", "token")
 
     def __init__(self, names: Sequence[str], key: Hashable, ids: Ints | None = None,
                  token: object = None) -> None:
@@ -54,7 +54,6 @@ class NameList(Sequence[str]):
         self._pool: np.ndarray | None = None
         self._index: NameIndex | None = None  # the index the ids are of, while ``token``
         self._json: bytes | None = None
-        self.fingerprint: Fingerprint | None = None  # set where a decoder keeps it
         self.key = key
         self.ids = ids
         self.token = token
@@ -232,6 +231,9 @@ _SPACE = b" \t\r\n"
 _ENDS = 256  # bytes from each end of a name list that key it (the rest is compared)
 
 
+_Kept = tuple[bytes, NameList, Fingerprint | None]
+
+
 def _key(data: bytes) -> Hashable:
     return ("names", len(data), data[:_ENDS], data[-_ENDS:])
 
@@ -246,7 +248,8 @@ class ArgsDecoder:
 
     def __init__(self, capacity: int = 8, nodes: NodeWalker | None = None,
                  index: NameIndex | None = None) -> None:
-        self._lists: OrderedDict[Hashable, tuple[bytes, NameList]] = OrderedDict()
+        # kept lists by their bytes' key: (bytes, list, fingerprint when read here)
+        self._lists: OrderedDict[Hashable, _Kept] = OrderedDict()
         self._sets: dict[Fingerprint, NameList] = {}  # the kept lists by what they hold
         self._capacity = capacity
         self._nodes = nodes
@@ -366,17 +369,17 @@ class ArgsDecoder:
               fingerprint: Fingerprint | None) -> None:
         old = self._lists.pop(key, None)
         if old is not None:
-            self._forget(old[1])
-        self._lists[key] = (data, names)
+            self._forget(old)
+        self._lists[key] = (data, names, fingerprint)
         if fingerprint is not None:
             self._sets[fingerprint] = names
-            names.fingerprint = fingerprint
         while len(self._lists) > self._capacity:
-            self._forget(self._lists.popitem(last=False)[1][1])
+            self._forget(self._lists.popitem(last=False)[1])
 
-    def _forget(self, names: NameList) -> None:
-        if names.fingerprint is not None and self._sets.get(names.fingerprint) is names:
-            del self._sets[names.fingerprint]
+    def _forget(self, kept: _Kept) -> None:
+        _, names, fingerprint = kept
+        if fingerprint is not None and self._sets.get(fingerprint) is names:
+            del self._sets[fingerprint]
 
     def _read(self, data: bytes, key: Hashable) -> NameList | None:
         read = self._index.read_ids(data)

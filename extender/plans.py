@@ -259,7 +259,7 @@ def _take_by_ids(where: Ints, ids: Ints, fits: Bools, raw: Floats, price: Floats
     out_fits, out_raw = np.empty(n, dtype=np.bool_), np.empty(n)
     out_price, out_rows = np.empty(n), np.empty(n, dtype=np.int64)
     down, m = np.empty(min(n, len(unavailable)), dtype=np.int64), 0
-    was_down = np.zeros(len(fits) if len(unavailable) else 0, dtype=np.bool_)
+    was_down = np.zeros(len(fits), dtype=np.bool_)
     for p in unavailable:
         was_down[p] = True
     for k in range(n):
@@ -269,7 +269,7 @@ def _take_by_ids(where: Ints, ids: Ints, fits: Bools, raw: Floats, price: Floats
         at = where[i]
         back[at] = k
         out_fits[k], out_raw[k], out_price[k], out_rows[k] = fits[at], raw[at], price[at], rows[at]
-        if len(unavailable) and was_down[at]:
+        if was_down[at]:
             down[m] = k
             m += 1
     return True, back, out_fits, out_raw, out_price, out_rows, down[:m]

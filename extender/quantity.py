@@ -52,10 +52,8 @@ def _whole_bytes(text: str) -> int | None:
     pods write), else None (``parse_quantity`` reads the rest). A new ask misses the
     cache, and Decimal took ~15 µs of such a filter."""
     s = text.strip()
-    for table in (_BINARY, _DECIMAL):
-        suffix = s[-2:] if table is _BINARY else s[-1:]
-        factor = table.get(suffix)
-        digits = s[: -len(suffix)] if factor else ""
+    for table, width in ((_BINARY, 2), (_DECIMAL, 1)):
+        factor, digits = table.get(s[-width:]), s[:-width]
         if factor and digits.isascii() and digits.isdigit():
             return int(digits) * factor
     return None
