@@ -50,6 +50,10 @@ SECTIONS: list[tuple[Any, str]] = [
     (extender.scoring.fragmentation, "_greedy_one"), (SchedulingService, "_filter_outcome"),
     (extender.service, "narrowed"), (extender.service, "priority_array"),
     (extender.service, "demand_of"), (extender.service, "pod_ref"),
+    # a pod of a new shape: a plan evaluated afresh, its answers made once
+    (Plans, "_evaluated"), (SchedulingService, "_evaluated_outcome"),
+    (extender.service, "passing_list"), (SchedulingService, "_passing_reply"),
+    (extender.service, "scores_json"), (extender.service, "same_ids"),
 ]
 ROUTES = {"/filter": "filter", "/prioritize": "prioritize", "/floor": "floor"}
 

@@ -32,6 +32,7 @@ from extender.namejson import names_json
 from extender.nodebytes import value_end
 from extender.protocol import ExtenderArgs, NodeName, Pod, RawNodeList, args_decoder
 from extender.scoring.batch import Ints
+from extender.scoring.compiled import equal, equal_at
 
 
 class NameList(Sequence[str]):
@@ -173,11 +174,16 @@ class Picked(Sequence[str]):
         return f"Picked({list(self)!r})"
 
 
-def passing_list(names: Sequence[str], positions: Ints) -> Sequence[str]:
+def passing_list(names: Sequence[str], positions: Ints,
+                 like: Sequence[str] | None = None) -> Sequence[str]:
     """The filter's passing names: a ``NameList`` with their ids when the candidates
     were read by id (the reply comes back as prioritize's candidates: ``ArgsDecoder.
-    expect``), else a list."""
+    expect``), else a list. ``like`` itself when it is a list of those very names (ids),
+    its reply bytes made already: pods of new shapes often pass the same nodes."""
     if isinstance(names, NameList) and names.ids is not None:
+        if (isinstance(like, NameList) and like.ids is not None
+                and like.token is names.token and equal_at(like.ids, names.ids, positions)):
+            return like
         return names.part(positions)
     return _at(names, positions)
 
@@ -207,6 +213,14 @@ def names_key(names: Sequence[str]) -> Hashable:
 
 def same_names(a: Sequence[str], b: Sequence[str]) -> bool:
     return a is b or a == b
+
+
+def same_ids(a: NameList, b: NameList) -> bool:
+    """Whether two lists name the same nodes in the same order, told by their ids in one
+    index (a compare of arrays, no strings); False when either has none."""
+    if a.ids is None or b.ids is None or a.token is not b.token:
+        return False
+    return a.ids is b.ids or bool(equal(a.ids, b.ids))
 
 
 class _WireArgs(msgspec.Struct):

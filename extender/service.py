@@ -39,7 +39,7 @@ from extender.ledger_writer import LedgerWriter
 from extender.metrics import SCHEDULING
 from extender.namebytes import NameIndex
 from extender.namejson import scores_json
-from extender.namelists import NameList, name_ids, passing_list
+from extender.namelists import NameList, name_ids, passing_list, same_ids
 from extender.nodecache import NodeObjectCache
 from extender.plans import Evaluate, Failure, Outcome, Plan, Plans
 from extender.podcache import PodCache, SeenPod
@@ -61,6 +61,7 @@ from extender.reorder import passing_positions, scores_by_id, scores_of
 from extender.reports import NodeReport, ReportResponse
 from extender.scoring import Context, Evaluation, Limits, Policy, Weights, evaluate
 from extender.scoring.batch import Ints, unfit
+from extender.scoring.compiled import equal
 from extender.scoring.framework import (
     as_arrays,
     evaluate_rows,
@@ -133,6 +134,8 @@ class SchedulingService:
         self.dra: DraState | None = None  # set when watching a cluster
         self._recorded_nodes: dict[str, tuple[object, ...]] = {}
         self._last_read: tuple[Pod, PodRef, GpuDemand] | None = None  # see _remember
+        self._last_scores: tuple[NameList, Ints, msgspec.Raw] | None = None  # _scores_reply
+        self._last_passing: Sequence[str] | None = None  # see _evaluated_outcome
 
     # --- startup -----------------------------------------------------------------------
 
@@ -254,7 +257,8 @@ class SchedulingService:
             passing = narrowed(plan.raw, plan.fits, plan.price, self.config.weights, eps)
         else:
             passing = np.flatnonzero(plan.fits)
-        result.NodeNames = passing_list(plan.names, passing)
+        result.NodeNames = self._last_passing = passing_list(plan.names, passing,
+                                                             self._last_passing)
         return passing, result
 
     def _unplaceable(self, pod: Pod, result: ExtenderFilterResult) -> None:
@@ -289,11 +293,18 @@ class SchedulingService:
 
     def _scores_reply(self, names: Sequence[str], scores: Ints) -> msgspec.Raw:
         """The ``HostPriority`` list, written from the name index's bytes when the names
-        have ids there (no ``str``, no struct per node: ``namejson``)."""
-        if isinstance(names, NameList) and names.ids is not None and (
-                names.token is self.names.token):
-            return msgspec.Raw(scores_json(self.names, names.ids, scores))
-        return _encoded(list(map(HostPriority, names, scores.tolist())))
+        have ids there (no ``str``, no struct per node: ``namejson``). The last one is
+        kept: pods of new shapes often pass the same nodes, and integer scores 0..10
+        often come out the same too (then a compare instead of ~20 KB written)."""
+        if not (isinstance(names, NameList) and names.ids is not None
+                and names.token is self.names.token):
+            return _encoded(list(map(HostPriority, names, scores.tolist())))
+        last = self._last_scores
+        if last is not None and same_ids(last[0], names) and equal(last[1], scores):
+            return last[2]
+        reply = msgspec.Raw(scores_json(self.names, names.ids, scores))
+        self._last_scores = (names, scores, reply)
+        return reply
 
     def _reordered_priorities(self, demand: GpuDemand, names: Sequence[str],
                               now: float) -> msgspec.Raw | None:
@@ -302,8 +313,10 @@ class SchedulingService:
         and written with its name's bytes (``reorder``, ``namejson``); None for any
         other list."""
         parent = self._reorder_source(demand, names, now)
-        if parent is None or self._passes_as_listed(parent, demand, cast(NameList, names)):
-            return None  # not a list read by ids (_reorder_source), or the plan's own
+        if parent is None:
+            return None  # not a list read by ids (_reorder_source)
+        if self._passes_as_listed(parent, demand, cast(NameList, names)):
+            return self._passing_reply(parent, demand)
         ids = name_ids(self.names, names)
         if ids is None:
             return None
@@ -317,11 +330,25 @@ class SchedulingService:
         return None if found is None else msgspec.Raw(scores_json(self.names, ids, found))
 
     def _passes_as_listed(self, parent: Plan, demand: GpuDemand, names: NameList) -> bool:
-        """Whether ``names`` is the plan's own passing list, in its order (the filter's
-        reply echoed: the same ids): the plan path answers it and keeps the reply, where
-        scores by id would be made anew each time."""
+        """Whether ``names`` is the plan's own passing list, in its order: the filter's
+        reply echoed. The same ids, though not always the same object: the decoder keeps
+        the first list with those bytes, and a pod of a new shape often passes the very
+        nodes another did."""
         passing = self._filter_answer(parent, demand)[1].NodeNames
-        return isinstance(passing, NameList) and names.ids is passing.ids
+        return isinstance(passing, NameList) and same_ids(names, passing)
+
+    def _passing_reply(self, parent: Plan, demand: GpuDemand) -> msgspec.Raw:
+        """prioritize's reply for the plan's passing list, kept with the plan: scored from
+        the plan's own arrays, without a plan of its own (a pod of a new shape would
+        build one, ~70 µs, to be asked once)."""
+        reply = parent.derived.get("prioritize passing")
+        if reply is None:
+            passed, result = self._filter_answer(parent, demand)
+            scores = priority_array(parent.raw, parent.fits, parent.price, self.config.weights,
+                                    passed)
+            reply = parent.derived["prioritize passing"] = self._scores_reply(
+                cast(NameList, result.NodeNames), scores)
+        return cast(msgspec.Raw, reply)
 
     def _passing_scores(self, parent: Plan, demand: GpuDemand) -> tuple[object, Ints, int] | None:
         """The scores of the nodes the plan passes, by id (``reorder.scores_by_id``), under
@@ -330,8 +357,8 @@ class SchedulingService:
         if parent_ids is None:
             return None
         passed = self._filter_answer(parent, demand)[0]
-        scores = priority_array(parent.raw[passed], parent.fits[passed], parent.price[passed],
-                                self.config.weights)
+        scores = priority_array(parent.raw, parent.fits, parent.price, self.config.weights,
+                                passed)
         return (self.names.token, scores_by_id(parent_ids[passed], scores, self.names.count),
                 len(passed))
 

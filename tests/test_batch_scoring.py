@@ -122,6 +122,37 @@ def test_rows_read_in_place_equal_the_taken_batch(
     assert raw[rows >= 0][want_fits].tolist() == want_raw[want_fits].tolist()
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    nodes=st.integers(1, 12).flatmap(lambda n: st.tuples(*(node(i) for i in range(n)))),
+    demand=demands.filter(lambda d: d.count == 1),
+    mix=mixes,
+    policy=st.sampled_from(["fgd", "headroom"]),
+    cut=st.integers(0, 700),
+)
+def test_rows_in_runs_read_as_rows_anywhere(
+    nodes: tuple[NodeView, ...], demand: GpuDemand, mix: list, policy: str, cut: int
+) -> None:
+    """FGD for one unit reads a block of rows that runs consecutively as slices of the
+    columns and gathers any other block: the same answer either way. 700 nodes (several
+    blocks of 256), read from an offset, whole, and with one node unavailable."""
+    total = sum(p for _, p in mix)
+    ctx = Context(Limits(), tuple((s, p / total) for s, p in mix))
+    pol = policy_by_name(policy)
+    many = [views for _ in range(700 // len(nodes) + 1) for views in nodes][:700]
+    whole = GpuBatch.from_views(many, ctx.limits)
+    gap = np.arange(700, dtype=np.int64)
+    gap[cut % 700] = -1
+    for rows in (np.arange(cut % 700, 700, dtype=np.int64), np.arange(700, dtype=np.int64),
+                 gap, np.arange(700, dtype=np.int64)[::-1].copy()):
+        fits, raw = evaluate_rows(whole, rows, demand, pol, ctx)
+        live = rows[rows >= 0]
+        want_fits, want_raw = evaluate_batch(whole.take(live), demand, pol, ctx)
+        assert fits[rows >= 0].tolist() == want_fits.tolist()
+        assert raw[rows >= 0][want_fits].tolist() == want_raw[want_fits].tolist()
+        assert not fits[rows < 0].any()
+
+
 def test_inventory_columns_read_availability_and_prices() -> None:
     """``NodeColumns.read``: a node is live only if reported, fresh and schedulable, and
     only live nodes carry a price and a report time; ``whole`` sees every write; ``changed``

@@ -21,7 +21,9 @@ from extender.namelists import (
     NameList,
     name_ids,
     names_key,
+    passing_list,
     picked,
+    same_ids,
     same_names,
 )
 from extender.pricing import load_pricebook
@@ -158,6 +160,25 @@ def test_a_list_read_by_id_gives_its_names_however_it_is_used() -> None:
     ids = name_ids(index, d)
     assert ids is not None and ids.tolist() == [50 - (i + 1) % 50 for i in range(50)]
     assert d[0] == "node-1" and d[49] == "node-0" and list(d) == names[1:] + names[:1]
+
+
+def test_a_passing_list_of_the_same_nodes_is_the_list_made_before() -> None:
+    """Pods of new shapes often pass the very nodes another passed: the list made then
+    (its reply bytes with it) is the answer, told by ids; any other nodes, another order,
+    or a list read in another index give a list of their own, with the right names."""
+    index = NameIndex()
+    names = [f"node-{i}" for i in range(40)]
+    a = ArgsDecoder(index=index).decode(body(names)).NodeNames
+    assert isinstance(a, NameList)
+    first = passing_list(a, np.array([3, 7, 9]))
+    assert passing_list(a, np.array([3, 7, 9]), first) is first
+    for positions in ([3, 7], [3, 7, 10], [7, 3, 9]):
+        other = passing_list(a, np.array(positions), first)
+        assert other is not first and list(other) == [names[i] for i in positions]
+    elsewhere = ArgsDecoder(index=NameIndex()).decode(body(names)).NodeNames
+    assert passing_list(elsewhere, np.array([3, 7, 9]), first) is not first
+    assert same_ids(first, passing_list(a, np.array([3, 7, 9])))
+    assert not same_ids(first, passing_list(a, np.array([3, 9, 7])))
 
 
 def go_body(pod: object, names: object) -> bytes:

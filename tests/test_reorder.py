@@ -70,9 +70,9 @@ def svc(tmp_path: Path) -> Iterator[SchedulingService]:
     svc.writer.close()
 
 
-def pod(uid: str) -> dict:
+def pod(uid: str, memory: str = "16Gi") -> dict:
     return {"metadata": {"name": uid, "namespace": "t", "uid": uid,
-                         "annotations": {"headroom.dev/gpu-memory": "16Gi"}},
+                         "annotations": {"headroom.dev/gpu-memory": memory}},
             "spec": {"containers": [{"name": "c", "resources": {"limits": {
                 "nvidia.com/gpu": "1"}}}]}}
 
@@ -89,6 +89,7 @@ class Asker:
     def __init__(self, svc: SchedulingService, monkeypatch: pytest.MonkeyPatch,
                  by_set: bool = False) -> None:
         self.svc, self.decoder, self.planned = svc, ArgsDecoder(index=svc.names), 0
+        self.memory = "16Gi"  # every pod's ask
         if not by_set:
             monkeypatch.setattr(svc.names, "fingerprint", lambda data: None)
         real = svc._plan
@@ -100,8 +101,8 @@ class Asker:
         monkeypatch.setattr(svc, "_plan", counted)
 
     def args(self, uid: str, names: Sequence[str]) -> object:
-        return self.decoder.decode(msgspec.json.encode({"Pod": pod(uid), "Nodes": None,
-                                                        "NodeNames": list(names)}))
+        return self.decoder.decode(msgspec.json.encode(
+            {"Pod": pod(uid, self.memory), "Nodes": None, "NodeNames": list(names)}))
 
     def filter(self, uid: str, names: Sequence[str]) -> tuple[dict, NameList]:
         result, _ = self.svc.filter(self.args(uid, names))  # type: ignore[arg-type]
@@ -166,6 +167,43 @@ def test_the_plans_own_passing_list_keeps_its_reply(svc: SchedulingService,
     _, passing = ask.filter("p", NODES)
     first = svc.prioritize(ask.args("p", passing))  # type: ignore[arg-type]
     assert svc.prioritize(ask.args("q", passing)) is first  # type: ignore[arg-type]
+
+
+def test_a_new_shape_passing_the_nodes_another_passed_is_scored_from_its_plan(
+        svc: SchedulingService, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pods of new shapes often pass the very nodes an earlier pod passed, and the decoder
+    then hands prioritize the earlier pod's list (the same bytes, the object kept first).
+    It is still the filter's own passing list: scored from the plan's arrays (no plan
+    made for it, no table by id), as a fresh evaluation scores it."""
+    ask = Asker(svc, monkeypatch)
+    monkeypatch.setattr(svc, "_passing_scores", lambda *a: pytest.fail("scored by id"))
+    first: NameList | None = None
+    for i, memory in enumerate(["16Gi", "16400Mi", "16500Mi", "16600Mi"]):
+        ask.memory = memory
+        _, passing = ask.filter(f"p{i}", NODES)
+        first = first or passing
+        assert passing is first and len(passing) > 1  # the same nodes: the list made first
+        echoed = ask.args(f"p{i}", passing).NodeNames  # type: ignore[attr-defined]
+        assert echoed.ids is first.ids  # the first pod's list, not this one's
+        planned = ask.planned
+        scores = ask.prioritize(f"p{i}", passing)
+        assert ask.planned == planned  # answered with the filter's plan, none made
+        assert scores == ask.fresh("prioritize", f"p{i}", list(passing))
+
+
+def test_a_scores_reply_is_written_once_for_the_same_nodes_and_scores(
+        svc: SchedulingService, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same nodes (by ids) with the same integer scores give the reply already
+    written; other scores give their own reply, each score with its node."""
+    _, passing = Asker(svc, monkeypatch).filter("p", NODES)
+    scores = np.arange(len(passing), dtype=np.int64) % 11
+    first = svc._scores_reply(passing, scores)
+    assert svc._scores_reply(passing.keyed("another"), scores.copy()) is first
+    moved = (scores + 1) % 11
+    other = svc._scores_reply(passing, moved)
+    assert other is not first
+    assert msgspec.json.decode(other) == [{"Host": n, "Score": int(s)}
+                                          for n, s in zip(passing, moved, strict=True)]
 
 
 def test_the_server_answers_a_reordered_list_as_the_list_it_reorders(

@@ -148,6 +148,8 @@ def blend_kernel(raw, fits, prices, w_policy, w_cost):  # numba infers the types
 def _warm_up() -> None:
     blended_array(np.zeros(1), np.ones(1, dtype=bool), np.zeros(1), Weights())
     priority_array(np.zeros(1), np.ones(1, dtype=bool), np.zeros(1), Weights())
+    priority_array(np.zeros(1), np.ones(1, dtype=bool), np.zeros(1), Weights(),
+                   np.zeros(1, dtype=np.int64))
 
 
 def as_arrays(
@@ -170,12 +172,22 @@ def blended(
     return {n: float(v) for n, v, ok in zip(names, b, fits, strict=True) if ok}
 
 
-def priority_array(raw: Floats, fits: Bools, prices: Floats, weights: Weights) -> Ints:
+def priority_array(raw: Floats, fits: Bools, prices: Floats, weights: Weights,
+                   at: Ints | None = None) -> Ints:
     """Integer 0..10 per node, round(10 * b(n)) (half to even, as Python's round); nodes
-    that do not fit get 0. One compiled call: as the five NumPy calls it was, it cost
-    ~70 µs for the few nodes a filter passes when they came cold, after a report round."""
-    return _priorities(raw, fits, prices, float(weights.policy), float(weights.cost),
-                       float(MAX_PRIORITY))
+    that do not fit get 0. Of the nodes at positions ``at`` only, when given (the nodes a
+    filter passed: blended among themselves). One compiled call: as the five NumPy calls
+    it was, it cost ~70 µs for the few nodes a filter passes when they came cold, after a
+    report round; taking them out first cost three more."""
+    w_policy, w_cost = float(weights.policy), float(weights.cost)
+    if at is None:
+        return _priorities(raw, fits, prices, w_policy, w_cost, float(MAX_PRIORITY))
+    return _priorities_at(raw, fits, prices, at, w_policy, w_cost, float(MAX_PRIORITY))
+
+
+@kernel
+def _priorities_at(raw, fits, prices, at, w_policy, w_cost, top):  # numba infers the types
+    return _priorities(raw[at], fits[at], prices[at], w_policy, w_cost, top)
 
 
 @kernel
