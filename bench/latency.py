@@ -96,7 +96,11 @@ JSON = {"Content-Type": "application/json"}
 def report_nodes(client: httpx.Client, names: list[str]) -> dict[str, SimulatedDriver]:
     clock = SystemClock()
     drivers = {}
-    for i, name in enumerate(tqdm(names, desc="agent reports", leave=False, file=sys.stderr)):
+    # agents come up in no particular order: the inventory's rows are not the order the
+    # scheduler lists candidates in (as in a cluster)
+    order = random.Random(11).sample(range(len(names)), len(names))
+    for i in tqdm(order, desc="agent reports", leave=False, file=sys.stderr):
+        name = names[i]
         d = drivers[name] = SimulatedDriver("4xA10G:24Gi", seed=i, node=name, clock=clock)
         for j, uuid in enumerate(d.gpu_uuids[: i % 4]):
             d.start_process(f"pod-{i}-{j}", uuid, 2048 * (1 + (i + j) % 8))

@@ -64,7 +64,8 @@ class Cluster:
         self.clock = SystemClock()
         self.names = [f"node-{i:05d}" for i in range(nodes)]
         self.drivers: dict[str, SimulatedDriver] = {}
-        for i, name in enumerate(self.names):
+        for i in random.Random(11).sample(range(nodes), nodes):  # rows not in list order
+            name = self.names[i]
             d = self.drivers[name] = SimulatedDriver("4xA10G:24Gi", seed=i, node=name,
                                                      clock=self.clock)
             for j, uuid in enumerate(d.gpu_uuids[: i % 4]):

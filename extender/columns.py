@@ -40,7 +40,7 @@ class NodeColumns:
         self._spare: list[int] = []
         self._used = 0
         self._layout = 0  # changes whenever a name gets or loses a row
-        self._recent: dict[Hashable, tuple[int, Sequence[str], Ints]] = {}
+        self._recent: dict[Hashable, tuple[int, Sequence[str], Ints, Ints | None]] = {}
         self._whole: tuple[int, GpuBatch] | None = None  # (idle MiB, batch): see whole()
         self.total = self.committed = self.reserved = np.zeros((0, 0), dtype=np.int64)
         self.present = np.zeros((0, 0), dtype=bool)
@@ -149,8 +149,19 @@ class NodeColumns:
         rows = self._look_up(names)
         if len(self._recent) >= 8:
             self._recent.clear()
-        self._recent[key] = (self._layout, names, rows)
+        self._recent[key] = (self._layout, names, rows, _ascending(rows))
         return rows
+
+    def ascending(self, rows: Ints) -> Ints | None:
+        """For rows ``rows()`` returned for a long list: the positions that read them in
+        ascending row order, kept with them; None when they are in order already or are
+        not such rows. Rows are given as nodes first report, candidates come in the
+        scheduler's order: read in that order every node's values are a cache line of
+        their own, read in row order they run on (and FGD reads runs as slices)."""
+        for layout, _, kept, order in self._recent.values():
+            if kept is rows and layout == self._layout:
+                return order
+        return None
 
     def _look_up(self, names: Sequence[str]) -> Ints:
         found = map(self._rows.get, names, repeat(-1))
@@ -175,6 +186,19 @@ class NodeColumns:
                              self.node_total, self.node_committed, self.spot, busy)
             self._whole = (lim.idle_mib, batch)
         return self._whole[1]
+
+
+def _ascending(rows: Ints) -> Ints | None:
+    """Positions in ascending row order (unavailable nodes, -1, first); None if in order."""
+    return None if _in_order(rows) else np.argsort(rows, kind="stable")
+
+
+@kernel
+def _in_order(rows: Ints) -> bool:
+    for i in range(1, len(rows)):  # noqa: SIM110 - numba compiles the loop, not all()
+        if rows[i] < rows[i - 1]:
+            return False
+    return True
 
 
 @kernel
@@ -205,3 +229,4 @@ def _warm_up() -> None:
     one = np.zeros(1, dtype=np.int64)
     _read(np.zeros(1), np.zeros(1), one, 0.0, 1.0)
     _changed(one, one, 0)
+    _in_order(one)

@@ -411,7 +411,10 @@ class SchedulingService:
         node); the nodes that do not fit are then asked, one by one, why not. ``rows``:
         the nodes' rows in the columns, when the caller knows them (a plan's)."""
         cols = self.inventory.columns()
-        rows = cols.rows(names) if rows is None else rows
+        order = None
+        if rows is None:
+            rows = cols.rows(names)
+            order = cols.ascending(rows)
         live, price, received = cols.read(rows, now, self.config.stale_after)
         ctx = self._context()
         failures: dict[int, Failure] = {}
@@ -424,7 +427,8 @@ class SchedulingService:
                 if ev.reason:
                     failures[i] = (ev.reason, ev.unresolvable)
         else:
-            fits, raw = evaluate_rows(cols.whole(ctx.limits), live, demand, self.policy, ctx)
+            fits, raw = evaluate_rows(cols.whole(ctx.limits), live, demand, self.policy, ctx,
+                                      order)
         for i in unfit(fits).tolist():
             if i not in failures:
                 failures[i] = self._failure(names[i], bool(live[i] >= 0), demand, ctx, now)

@@ -151,6 +151,27 @@ def test_rows_in_runs_read_as_rows_anywhere(
         assert fits[rows >= 0].tolist() == want_fits.tolist()
         assert raw[rows >= 0][want_fits].tolist() == want_raw[want_fits].tolist()
         assert not fits[rows < 0].any()
+        order = np.argsort(rows, kind="stable")  # read in row order, answered in list order
+        assert [a.tolist() for a in evaluate_rows(whole, rows, demand, pol, ctx, order)] == [
+            fits.tolist(), raw.tolist()]
+
+
+def test_long_lists_are_read_in_row_order() -> None:
+    """``NodeColumns.ascending``: for a long list's rows, the positions that read them in
+    ascending order (None when in order already), until nodes get or lose rows."""
+    cols = NodeColumns()
+    names = [f"n{i}" for i in range(300)]
+    for i in np.random.default_rng(3).permutation(300).tolist():  # reports in any order
+        cols.write(NodeView(names[i], (GpuView(f"g{i}", 0, "A10G", 24_576, 0),), "spot"),
+                   1.0, True, stamp=i + 1)
+    rows = cols.rows(names)
+    order = cols.ascending(rows)
+    assert order is not None and rows[order].tolist() == sorted(rows.tolist())
+    in_rows = sorted(names, key=lambda n: int(cols.rows([n])[0]))
+    assert cols.ascending(cols.rows(in_rows)) is None
+    assert cols.ascending(rows.copy()) is None  # not rows it returned
+    cols.drop("n0")
+    assert cols.ascending(rows) is None  # the layout changed: those rows are void
 
 
 def test_inventory_columns_read_availability_and_prices() -> None:

@@ -26,6 +26,7 @@ from extender.scoring import policy_by_name
 from extender.service import SchedulingService, ServiceConfig
 
 NODES = [f"node-{i:02d}" for i in range(40)]
+MANY = [f"node-{i:03d}" for i in range(300)]
 
 
 def ints(*xs: int) -> np.ndarray:
@@ -53,14 +54,26 @@ def test_scores_of_a_permutation_of_the_scored_nodes() -> None:
 
 @pytest.fixture
 def svc(tmp_path: Path) -> Iterator[SchedulingService]:
-    """40 nodes, some too full for the 16Gi pods below (failure reasons), prices apart;
-    its ledger writer closed after the test (nothing written once the log is gone)."""
+    yield from service_of(tmp_path, NODES)
+
+
+@pytest.fixture
+def big(tmp_path: Path) -> Iterator[SchedulingService]:
+    """300 nodes (long lists are read in row order) reporting in no particular order."""
+    yield from service_of(tmp_path, random.Random(4).sample(MANY, len(MANY)))
+
+
+def service_of(tmp_path: Path, nodes: Sequence[str]) -> Iterator[SchedulingService]:
+    """Nodes reporting in this order, some too full for the 16Gi pods below (failure
+    reasons), prices apart; its ledger writer closed after the test (nothing written
+    once the log is gone)."""
     clock = ManualClock()
     svc = SchedulingService(Inventory(load_pricebook()), open_ledger(str(tmp_path / "l.db"),
                                                                      clock),
                             InProcessBinder(), policy_by_name("headroom"), clock,
                             ServiceConfig(stale_after=3600, narrow_epsilon=0.05))
-    for i, name in enumerate(NODES):
+    for name in nodes:
+        i = int(name.split("-")[1])
         d = SimulatedDriver("1xA10G:24Gi", seed=i, node=name, clock=clock)
         d.start_process("hog", d.gpu_uuids[0], 1024 * (i % 12))
         labels = {"node.kubernetes.io/instance-type": ("g5.xlarge", "g5.2xlarge")[i % 2],
@@ -204,6 +217,26 @@ def test_a_scores_reply_is_written_once_for_the_same_nodes_and_scores(
     assert other is not first
     assert msgspec.json.decode(other) == [{"Host": n, "Score": int(s)}
                                           for n, s in zip(passing, moved, strict=True)]
+
+
+def test_a_long_list_read_in_row_order_gets_the_answer_of_list_order(
+        big: SchedulingService, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nodes reported in another order than the scheduler lists them: the columns are
+    read in row order and the answers put back in list order, the very replies of
+    reading them in list order."""
+    ask = Asker(big, monkeypatch)
+    cols = big.inventory.columns()
+    assert cols.ascending(cols.rows(MANY)) is not None  # rows are not in list order
+    for memory in ("16Gi", "4Gi", "20Gi"):
+        ask.memory = memory
+        reply, passing = ask.filter(memory, MANY)
+        scores = ask.prioritize(memory, passing)
+        monkeypatch.setattr(cols, "ascending", lambda rows: None)
+        assert reply == ask.fresh("filter", memory, MANY)
+        assert scores == ask.fresh("prioritize", memory, list(passing))
+        monkeypatch.undo()
+        ask = Asker(big, monkeypatch)
+        ask.memory = memory
 
 
 def test_the_server_answers_a_reordered_list_as_the_list_it_reorders(

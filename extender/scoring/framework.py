@@ -89,11 +89,16 @@ def evaluate_batch(
 
 
 def evaluate_rows(
-    batch: GpuBatch, rows: Ints, demand: GpuDemand, policy: Policy, ctx: Context
+    batch: GpuBatch, rows: Ints, demand: GpuDemand, policy: Policy, ctx: Context,
+    order: Ints | None = None,
 ) -> tuple[Bools, Floats]:
     """``evaluate_batch`` for these rows of the batch (-1: an unavailable node, which never
     fits), for plain demands. A policy with a compiled evaluation reads them in place;
-    for the others they are taken first."""
+    for the others they are taken first. ``order``: positions that read the rows in
+    ascending order (``NodeColumns.ascending``), read so and answered in ``rows``' order."""
+    if order is not None:
+        fits, raw = evaluate_rows(batch, rows[order], demand, policy, ctx)
+        return _unsorted(order, fits, raw)
     if hasattr(policy, "evaluate_rows"):  # isinstance on a runtime Protocol: 3-10 us
         return cast(RowEvaluator, policy).evaluate_rows(batch, rows, demand, ctx)
     fits, raw = np.zeros(len(rows), dtype=bool), np.zeros(len(rows))
@@ -101,6 +106,15 @@ def evaluate_rows(
     if at.size:
         fits[at], raw[at] = evaluate_batch(batch.take(rows[at]), demand, policy, ctx)
     return fits, raw
+
+
+@kernel
+def _unsorted(order: Ints, fits: Bools, raw: Floats) -> tuple[Bools, Floats]:
+    """Results read in ``order`` put back where their rows were."""
+    out_fits, out_raw = np.empty_like(fits), np.empty_like(raw)
+    for k in range(len(order)):
+        out_fits[order[k]], out_raw[order[k]] = fits[k], raw[k]
+    return out_fits, out_raw
 
 
 def _never_fits(node: NodeView, demand: GpuDemand, ctx: Context) -> bool:
@@ -150,6 +164,7 @@ def _warm_up() -> None:
     priority_array(np.zeros(1), np.ones(1, dtype=bool), np.zeros(1), Weights())
     priority_array(np.zeros(1), np.ones(1, dtype=bool), np.zeros(1), Weights(),
                    np.zeros(1, dtype=np.int64))
+    _unsorted(np.zeros(1, dtype=np.int64), np.ones(1, dtype=bool), np.zeros(1))
 
 
 def as_arrays(
