@@ -37,6 +37,7 @@ from extender.namelists import NameList, names_key
 from extender.nodebytes import FOUND_ALL, FULL, ByteIndex, value_end
 from extender.nodefacts import NodeFacts, facts_from_node
 from extender.protocol import RawNodeList, node_decoder
+from extender.scoring.compiled import equal, kernel, warms
 
 HEAD = 512
 _META = b'"metadata":{'
@@ -77,11 +78,10 @@ class ItemSlices(Sequence[memoryview]):
 
 
 class WalkedNodes(RawNodeList, kw_only=True):
-    """``Nodes`` of a body walked by bytes: items as slices, each already resolved (its
-    entry, and the id its bytes have in the node cache's byte index)."""
+    """``Nodes`` of a body walked by bytes: items as slices, each already resolved (the id
+    its bytes have in the node cache's byte index; its entry is the cache's by that id)."""
 
-    entries: list[Entry] = msgspec.field(default_factory=list)
-    byte_ids: np.ndarray | None = None
+    byte_ids: np.ndarray = msgspec.field(default_factory=lambda: np.zeros(0, np.int64))
 
 
 class NodeObjectCache:
@@ -98,7 +98,12 @@ class NodeObjectCache:
         self._applications = 0
         self._bytes = ByteIndex()
         self._by_id: list[Entry] = []  # ByteIndex id -> entry
-        self._indexed: set[int] = set()  # id() of entries whose bytes are in the index
+        self._byte_id: dict[int, int] = {}  # id() of an entry whose bytes are indexed -> id
+        # per byte id: its entry is the one applied last for its node (a walked list whose
+        # every object is needs nothing applied: no pass over 5,000 entries in Python)
+        self._current = np.zeros(1024, np.bool_)
+        self._recent_walked: OrderedDict[tuple[int, ...], tuple[np.ndarray, NameList]] = (
+            OrderedDict())
         self._generation = 0  # bumped whenever the byte index is cleared
         self._ids = np.zeros(1024, np.int64)
         self._starts = np.zeros(1024, np.int64)
@@ -114,7 +119,7 @@ class NodeObjectCache:
         of the last call give the very same list back (a ``NameList``: the plan and row
         caches then know it by identity)."""
         if isinstance(nodes, WalkedNodes):
-            return self._named(nodes.entries, True, nodes.byte_ids)
+            return self._walked(nodes.byte_ids)
         raws = nodes.items
         heads = [bytes(memoryview(raw)[:HEAD]) for raw in raws]
         found = list(map(self._entries.get, heads))
@@ -138,12 +143,7 @@ class NodeObjectCache:
             self._recent.move_to_end(key)
             return seen[1]
         listed = seen[1] if seen is not None else self._listed(entries, byte_ids)
-        applied = self._applied
-        for entry in entries:  # one entry object per distinct node object
-            if applied.get(entry[0]) is not entry:
-                self._apply(entry[2])
-                applied[entry[0]] = entry
-                self._applications += 1
+        self._apply_all(entries)
         if complete:  # every object now known by its head: the next call can compare them
             self._recent[key] = (entries, listed, self._applications)
             self._recent.move_to_end(key)
@@ -151,14 +151,58 @@ class NodeObjectCache:
                 self._recent.popitem(last=False)
         return listed
 
-    def _listed(self, entries: list[Entry], byte_ids: np.ndarray | None) -> NameList:
+    def _walked(self, byte_ids: np.ndarray) -> Sequence[str]:
+        """``_named`` for a walked list, by byte ids: the very list of last time for the
+        same objects, facts applied only when some object is not the one applied last."""
+        if not len(byte_ids):
+            return self._named([], True)
+        key = (len(byte_ids), int(byte_ids[0]), int(byte_ids[-1]))
+        seen = self._recent_walked.get(key)
+        if seen is not None and not equal(seen[0], byte_ids):
+            seen = None
+        entries: list[Entry] | None = None
+        if not _all_set(self._current, byte_ids):
+            entries = [self._by_id[i] for i in byte_ids.tolist()]
+            self._apply_all(entries)
+        if seen is not None:
+            self._recent_walked.move_to_end(key)
+            return seen[1]
+        if entries is None and self._name_ids_of(byte_ids) is None:
+            entries = [self._by_id[i] for i in byte_ids.tolist()]  # names made from them
+        listed = self._listed(entries or [], byte_ids)
+        self._recent_walked[key] = (byte_ids, listed)
+        while len(self._recent_walked) > RECENT:
+            self._recent_walked.popitem(last=False)
+        return listed
+
+    def _apply_all(self, entries: list[Entry]) -> None:
+        """Each node's facts from its object in ``entries`` unless that object is the one
+        applied last (one entry object per distinct node object)."""
+        applied, current, byte_id = self._applied, self._current, self._byte_id
+        for entry in entries:
+            last = applied.get(entry[0])
+            if last is not entry:
+                self._apply(entry[2])
+                applied[entry[0]] = entry
+                self._applications += 1
+                if last is not None and id(last) in byte_id:
+                    current[byte_id[id(last)]] = False
+            at = byte_id.get(id(entry))
+            if at is not None:
+                current[at] = True
+
+    def _listed(self, entries: list[Entry] | None, byte_ids: np.ndarray | None) -> NameList:
         """The entries' names as a list: read by id when the walk gave byte ids (plans
         line lists up by ids; making 5,000 strings, hashing them for a key and reading
-        them back through JSON into ids cost ~1.5 ms a shuffled list), else made."""
+        them back through JSON into ids cost ~1.5 ms a shuffled list), else made (from
+        the entries of the byte ids when not given)."""
         ids = self._name_ids_of(byte_ids) if byte_ids is not None else None
         if ids is not None and self._name_index is not None:
             key = ("node ids", len(ids), ids[:32].tobytes(), ids[-32:].tobytes())
             return NameList.of_ids(ids, self._name_index, key)
+        if entries is None:
+            assert byte_ids is not None
+            entries = [self._by_id[i] for i in byte_ids.tolist()]
         names = [name for name, _, _ in entries]
         if "" in names:
             raise msgspec.ValidationError(f"Nodes.items[{names.index('')}] has no metadata.name")
@@ -219,9 +263,8 @@ class NodeObjectCache:
         ids = self._ids[:k]
         starts = self._starts[:k].copy()
         ends = starts + self._bytes.lengths(ids)
-        entries = [self._by_id[i] for i in ids.tolist()]
         return WalkedNodes(items=cast(list[msgspec.Raw], ItemSlices(body, starts, ends)),
-                           entries=entries, byte_ids=ids.copy()), p
+                           byte_ids=ids.copy()), p
 
     def _learn(self, data: bytes) -> int | None:
         """Validate one unknown item and index it: its id, or None when it is not valid
@@ -235,7 +278,7 @@ class NodeObjectCache:
 
     def _index_bytes(self, raws: Sequence[msgspec.Raw], entries: list[Entry]) -> None:
         """After a whole-body decode: remember each new object's bytes for next time."""
-        indexed = self._indexed
+        indexed = self._byte_id
         for raw, entry in zip(raws, entries, strict=True):
             if id(entry) not in indexed and self._index(bytes(raw), entry) is None:
                 return
@@ -247,7 +290,11 @@ class NodeObjectCache:
                 self._forget_bytes()  # full of old versions: start over (relearned on use)
             return None
         self._by_id.append(entry)
-        self._indexed.add(id(entry))
+        self._byte_id[id(entry)] = i
+        if i >= len(self._current):
+            self._current = np.resize(self._current, 2 * (i + 1))
+            self._current[i:] = False
+        self._current[i] = self._applied.get(entry[0]) is entry
         return i
 
     def _forget_bytes(self) -> None:
@@ -255,7 +302,9 @@ class NodeObjectCache:
         self._name_ids[:] = -1  # byte ids start again
         self._bytes.clear()
         self._by_id.clear()
-        self._indexed.clear()
+        self._byte_id.clear()
+        self._current[:] = False
+        self._recent_walked.clear()
 
     def _grow(self) -> None:
         self._ids = np.resize(self._ids, 2 * len(self._ids))
@@ -319,3 +368,16 @@ def _key_at(data: bytes, member: bytes, start: int) -> int:
             if end < len(data) and data[end:end + 1] in (b",", b"}"):
                 return end
     return -1
+
+
+@kernel
+def _all_set(flags: np.ndarray, at: np.ndarray) -> bool:
+    for i in at:  # noqa: SIM110 - numba compiles the loop, not all()
+        if not flags[i]:
+            return False
+    return True
+
+
+@warms
+def _warm_up() -> None:
+    _all_set(np.ones(1, np.bool_), np.zeros(1, np.int64))

@@ -104,6 +104,27 @@ def test_changed_and_new_nodes_are_decoded_and_their_facts_applied() -> None:
         ("n3", "on-demand"), ("n10", "spot")]
 
 
+def test_walked_objects_apply_their_facts_only_when_not_the_ones_applied_last() -> None:
+    """The same objects in any order apply nothing (the same list back for the same
+    order); a node's new object applies, and its older object again applies again."""
+    side = Side()
+    nodes = [node(f"n{i}") for i in range(8)]
+    _, first, _ = side.read(body(nodes))
+    assert len(side.applied) == 8
+    args, again, _ = side.read(body(nodes))
+    assert isinstance(args.Nodes, WalkedNodes) and again is first
+    _, shuffled, _ = side.read(body(nodes[::-1]))
+    assert list(shuffled) == [f"n{i}" for i in range(8)][::-1] and len(side.applied) == 8
+    newer = [*nodes[:2], node("n2", rv="101", capacity="on-demand"), *nodes[3:]]
+    side.read(body(newer[::-1]))
+    assert [(f.name, f.capacity_type) for f in side.applied[8:]] == [("n2", "on-demand")]
+    side.read(body(nodes[::-1]))  # n2's older object: applied again
+    assert [(f.name, f.capacity_type) for f in side.applied[9:]] == [("n2", "spot")]
+    side.read(body(nodes))
+    side.read(body(nodes[3:] + nodes[:3]))
+    assert len(side.applied) == 10
+
+
 def test_many_unknown_nodes_are_decoded_whole_once_then_walked() -> None:
     side = Side()
     nodes = [node(f"n{i}") for i in range(MAX_NEW + 10)]
