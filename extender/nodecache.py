@@ -153,26 +153,22 @@ class NodeObjectCache:
 
     def _walked(self, byte_ids: np.ndarray) -> Sequence[str]:
         """``_named`` for a walked list, by byte ids: the very list of last time for the
-        same objects, facts applied only when some object is not the one applied last."""
+        same objects, facts applied only when some object is not the one applied last
+        (and only once the list is read whole: a nameless item applies nothing)."""
         if not len(byte_ids):
             return self._named([], True)
         key = (len(byte_ids), int(byte_ids[0]), int(byte_ids[-1]))
         seen = self._recent_walked.get(key)
-        if seen is not None and not equal(seen[0], byte_ids):
-            seen = None
-        entries: list[Entry] | None = None
-        if not _all_set(self._current, byte_ids):
-            entries = [self._by_id[i] for i in byte_ids.tolist()]
-            self._apply_all(entries)
-        if seen is not None:
+        if seen is not None and equal(seen[0], byte_ids):
             self._recent_walked.move_to_end(key)
-            return seen[1]
-        if entries is None and self._name_ids_of(byte_ids) is None:
-            entries = [self._by_id[i] for i in byte_ids.tolist()]  # names made from them
-        listed = self._listed(entries or [], byte_ids)
-        self._recent_walked[key] = (byte_ids, listed)
-        while len(self._recent_walked) > RECENT:
-            self._recent_walked.popitem(last=False)
+            listed = seen[1]
+        else:
+            listed = self._listed(None, byte_ids)
+            self._recent_walked[key] = (byte_ids, listed)
+            while len(self._recent_walked) > RECENT:
+                self._recent_walked.popitem(last=False)
+        if not _all_set(self._current, byte_ids):
+            self._apply_all([self._by_id[i] for i in byte_ids.tolist()])
         return listed
 
     def _apply_all(self, entries: list[Entry]) -> None:

@@ -125,6 +125,20 @@ def test_walked_objects_apply_their_facts_only_when_not_the_ones_applied_last() 
     assert len(side.applied) == 10
 
 
+def test_a_walked_list_with_a_nameless_node_is_refused_before_anything_is_applied() -> None:
+    side = Side()
+    nodes = [node(f"n{i}") for i in range(10)]
+    side.read(body(nodes))
+    nameless = node("x")
+    nameless["metadata"]["name"] = ""
+    changed = [*nodes[:3], node("n3", rv="101", capacity="on-demand"), *nodes[4:], nameless]
+    args = side.decoder.decode(body(changed))
+    assert isinstance(args.Nodes, WalkedNodes)
+    with pytest.raises(msgspec.ValidationError, match=r"items\[10\] has no metadata.name"):
+        side.cache.names(args.Nodes)
+    assert len(side.applied) == 10  # n3's new object not applied either
+
+
 def test_many_unknown_nodes_are_decoded_whole_once_then_walked() -> None:
     side = Side()
     nodes = [node(f"n{i}") for i in range(MAX_NEW + 10)]
