@@ -231,12 +231,10 @@ def test_a_long_list_read_in_row_order_gets_the_answer_of_list_order(
         ask.memory = memory
         reply, passing = ask.filter(memory, MANY)
         scores = ask.prioritize(memory, passing)
-        monkeypatch.setattr(cols, "ascending", lambda rows: None)
-        assert reply == ask.fresh("filter", memory, MANY)
-        assert scores == ask.fresh("prioritize", memory, list(passing))
-        monkeypatch.undo()
-        ask = Asker(big, monkeypatch)
-        ask.memory = memory
+        with monkeypatch.context() as in_list_order:
+            in_list_order.setattr(cols, "ascending", lambda rows: None)
+            assert reply == ask.fresh("filter", memory, MANY)
+            assert scores == ask.fresh("prioritize", memory, list(passing))
 
 
 def test_the_server_answers_a_reordered_list_as_the_list_it_reorders(
