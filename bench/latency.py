@@ -138,7 +138,7 @@ def timed(
 def measure(
     client: httpx.Client, drivers: dict[str, SimulatedDriver], names: list[str], mode: str,
     shape: str, n: int,
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """kube-scheduler's sequence per pod: filter with the candidates, then prioritize with
     the nodes filter passed; the floor gets the very same two bodies.
 
@@ -162,8 +162,8 @@ def measure(
 def _measure(
     client: httpx.Client, drivers: dict[str, SimulatedDriver], names: list[str], mode: str,
     shape: str, n: int, nodes: dict[str, Any] | None,
-) -> dict[str, float]:
-    ours, floor = [], []
+) -> dict[str, Any]:
+    ours, floor, pairs = [], [], []
     rng = random.Random(7)
     if shape != "cold":  # warm and churn start from a built plan, as in steady state
         client.post("/filter", content=body_for(pod(0, 4096), names, nodes), headers=JSON)
@@ -185,6 +185,7 @@ def _measure(
             timed(client, "/floor", first, len(reply.content))[0]
             + timed(client, "/floor", second, len(scores.content))[0]
         )
+        pairs.append((t_filter, t_prioritize, floor[-1]))
         del reply, scores
         gc.collect()  # untimed, see measure()
     return {
@@ -193,6 +194,7 @@ def _measure(
         "floor_p50": statistics.median(floor) * 1e3,
         "floor_p99": _p99(floor) * 1e3,
         "body_kib": len(first) / 1024,
+        "pairs": pairs,  # per pod: (filter s, prioritize s, the floor's pair s)
     }
 
 
@@ -223,6 +225,9 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=1000)
     ap.add_argument("--nodes-mode-requests", type=int, default=200)
     ap.add_argument("--out")
+    ap.add_argument("--slowest", type=int, default=0,
+                    help="also list each run's N slowest pairs, with the floor's pair "
+                         "of the same pod (do slow pairs come alone or in noisy spells?)")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     rows = []
@@ -250,11 +255,28 @@ def main() -> None:
             proc.wait()
     table = render(rows)
     print(table)
+    if args.slowest:
+        print(slowest(rows, args.slowest))
     if args.out:
         Path(args.out).write_text(table + "\n")
 
 
-def render(rows: list[tuple[int, str, str, int, dict[str, float]]]) -> str:
+def slowest(rows: list[tuple[int, str, str, int, dict[str, Any]]], count: int) -> str:
+    """Per run, its ``count`` slowest pairs in pod order: pod, filter, prioritize and the
+    floor's pair of the same pod, ms."""
+    out = ["| nodes | mode | shape | pod | filter ms | prioritize ms | floor pair ms |",
+           "|---:|---|---|---:|---:|---:|---:|"]
+    for size, mode, shape, _, m in rows:
+        pairs = m["pairs"]
+        worst = sorted(sorted(range(len(pairs)), key=lambda i: -sum(pairs[i][:2]))[:count])
+        for i in worst:
+            f, p, fl = pairs[i]
+            out.append(f"| {size} | {mode} | {shape} | {i} | {f * 1e3:.2f} | {p * 1e3:.2f} | "
+                       f"{fl * 1e3:.2f} |")
+    return "\n".join(out)
+
+
+def render(rows: list[tuple[int, str, str, int, dict[str, Any]]]) -> str:
     out = [
         "| nodes | mode | shape | requests | body KiB | p50 ms | p99 ms | floor p50 ms "
         "| floor p99 ms | p99 / floor p99 |",

@@ -13,7 +13,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize(("script", "args", "row"), [
-    ("bench/latency.py", ["--sizes", "30", "--requests", "3", "--nodes-mode-requests", "2"],
+    ("bench/latency.py", ["--sizes", "30", "--requests", "3", "--nodes-mode-requests", "2",
+                          "--slowest", "1"],
      "| 30 | NodeNames | shuffled | 3 |"),
     ("bench/phases.py", ["--nodes", "30", "--pods", "3"], "| shuffled |"),
     ("bench/sections.py", ["--nodes", "30", "--pods", "3", "--shapes", "shuffled"],
