@@ -3,7 +3,7 @@ from a real HTTP client over loopback to ``headroom serve`` in its own process, 
 the floor (a trivial endpoint on the same server receiving the same bodies).
 
     .venv/bin/python bench/latency.py [--sizes 100,1000,5000] [--requests 1000] \
-        [--out docs/bench-latency.md]
+        [--client httpx|lean] [--slowest N] [--out docs/bench-latency.md]
 
 The floor reads the same request body and answers with a prepared body of the same size
 as the reply it is compared with (in Nodes mode the filter must send the passing Node
@@ -41,6 +41,7 @@ from tqdm import tqdm
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.leanclient import LeanClient  # noqa: E402
 from drivers.agent import build_report  # noqa: E402
 from drivers.simulated import SimulatedDriver  # noqa: E402
 from extender.clock import SystemClock  # noqa: E402
@@ -225,6 +226,9 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=1000)
     ap.add_argument("--nodes-mode-requests", type=int, default=200)
     ap.add_argument("--out")
+    ap.add_argument("--client", choices=("httpx", "lean"), default="httpx",
+                    help="the timed requests' client: httpx, or a minimal socket client "
+                         "whose own cost is closer to kube-scheduler's (bench/leanclient.py)")
     ap.add_argument("--slowest", type=int, default=0,
                     help="also list each run's N slowest pairs, with the floor's pair "
                          "of the same pod (do slow pairs come alone or in noisy spells?)")
@@ -237,6 +241,9 @@ def main() -> None:
             with make_client(url, timeout=120) as client:
                 names = [f"node-{i:05d}" for i in range(max(sizes))]
                 drivers = report_nodes(client, names)
+                timing: Any = client
+                if args.client == "lean":
+                    timing = LeanClient(int(url.rsplit(":", 1)[1]))
                 for size in sizes:
                     for mode in ("NodeNames", "Nodes"):
                         for shape in ("warm", "churn", "cold", "shuffled"):
@@ -247,7 +254,7 @@ def main() -> None:
                                     mode,
                                     shape,
                                     n,
-                                    measure(client, drivers, names[:size], mode, shape, n),
+                                    measure(timing, drivers, names[:size], mode, shape, n),
                                 )
                             )
         finally:
