@@ -133,8 +133,7 @@ class NodeObjectCache:
         self._index_bytes(raws, entries)
         return self._named(entries, complete)
 
-    def _named(self, entries: list[Entry], complete: bool,
-               byte_ids: np.ndarray | None = None) -> Sequence[str]:
+    def _named(self, entries: list[Entry], complete: bool) -> Sequence[str]:
         key = (len(entries), id(entries[0]), id(entries[-1])) if entries else (0,)
         seen = self._recent.get(key)
         if seen is not None and seen[0] != entries:  # compared by identity per item: fast
@@ -142,7 +141,7 @@ class NodeObjectCache:
         if seen is not None and seen[2] == self._applications:  # nothing applied since
             self._recent.move_to_end(key)
             return seen[1]
-        listed = seen[1] if seen is not None else self._listed(entries, byte_ids)
+        listed = seen[1] if seen is not None else self._listed(entries)
         self._apply_all(entries)
         if complete:  # every object now known by its head: the next call can compare them
             self._recent[key] = (entries, listed, self._applications)
@@ -163,7 +162,7 @@ class NodeObjectCache:
             self._recent_walked.move_to_end(key)
             listed = seen[1]
         else:
-            listed = self._listed(None, byte_ids)
+            listed = self._listed_by_ids(byte_ids)
             self._recent_walked[key] = (byte_ids, listed)
             while len(self._recent_walked) > RECENT:
                 self._recent_walked.popitem(last=False)
@@ -187,18 +186,18 @@ class NodeObjectCache:
             if at is not None:
                 current[at] = True
 
-    def _listed(self, entries: list[Entry] | None, byte_ids: np.ndarray | None) -> NameList:
-        """The entries' names as a list: read by id when the walk gave byte ids (plans
-        line lists up by ids; making 5,000 strings, hashing them for a key and reading
-        them back through JSON into ids cost ~1.5 ms a shuffled list), else made (from
-        the entries of the byte ids when not given)."""
-        ids = self._name_ids_of(byte_ids) if byte_ids is not None else None
+    def _listed_by_ids(self, byte_ids: np.ndarray) -> NameList:
+        """A walked list's names, read by id (plans line lists up by ids; making 5,000
+        strings, hashing them for a key and reading them back through JSON into ids cost
+        ~1.5 ms a shuffled list); made from its entries when a name has no id."""
+        ids = self._name_ids_of(byte_ids)
         if ids is not None and self._name_index is not None:
             key = ("node ids", len(ids), ids[:32].tobytes(), ids[-32:].tobytes())
             return NameList.of_ids(ids, self._name_index, key)
-        if entries is None:
-            assert byte_ids is not None
-            entries = [self._by_id[i] for i in byte_ids.tolist()]
+        return self._listed([self._by_id[i] for i in byte_ids.tolist()])
+
+    def _listed(self, entries: list[Entry]) -> NameList:
+        """The entries' names as a list; a nameless one is refused."""
         names = [name for name, _, _ in entries]
         if "" in names:
             raise msgspec.ValidationError(f"Nodes.items[{names.index('')}] has no metadata.name")

@@ -344,10 +344,8 @@ class SchedulingService:
         reply = parent.derived.get("prioritize passing")
         if reply is None:
             passed, result = self._filter_answer(parent, demand)
-            scores = priority_array(parent.raw, parent.fits, parent.price, self.config.weights,
-                                    passed)
             reply = parent.derived["prioritize passing"] = self._scores_reply(
-                cast(NameList, result.NodeNames), scores)
+                cast(NameList, result.NodeNames), self._passed_scores(parent, passed))
         return cast(msgspec.Raw, reply)
 
     def _passing_scores(self, parent: Plan, demand: GpuDemand) -> tuple[object, Ints, int] | None:
@@ -357,10 +355,15 @@ class SchedulingService:
         if parent_ids is None:
             return None
         passed = self._filter_answer(parent, demand)[0]
-        scores = priority_array(parent.raw, parent.fits, parent.price, self.config.weights,
-                                passed)
+        scores = self._passed_scores(parent, passed)
         return (self.names.token, scores_by_id(parent_ids[passed], scores, self.names.count),
                 len(passed))
+
+    def _passed_scores(self, parent: Plan, passed: Ints) -> Ints:
+        """The integer scores of the plan's nodes at ``passed``, blended among themselves
+        (as a plan of just those nodes would score them)."""
+        return priority_array(parent.raw, parent.fits, parent.price, self.config.weights,
+                              passed)
 
     def _names(self, args: ExtenderArgs) -> Sequence[str]:
         if args.NodeNames is not None:
