@@ -54,8 +54,11 @@ SECTIONS: list[tuple[Any, str]] = [
     (Plans, "_evaluated"), (SchedulingService, "_evaluated_outcome"),
     (extender.service, "passing_list"), (SchedulingService, "_passing_reply"),
     (extender.service, "scores_json"), (extender.service, "same_ids"),
+    # after an agent report: its handling, and the plans brought up to date after it
+    (SchedulingService, "report"), (SchedulingService, "refresh"),
 ]
-ROUTES = {"/filter": "filter", "/prioritize": "prioritize", "/floor": "floor"}
+ROUTES = {"/filter": "filter", "/prioritize": "prioritize", "/floor": "floor",
+          "/v1/reports": "report"}
 
 
 class Sections:

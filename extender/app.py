@@ -58,6 +58,8 @@ def build(settings: Settings, clock: Clock | None = None, binder: Binder | None 
         limits=Limits(margin_mib=settings.margin_mib, idle_mib=settings.idle_mib),
         weights=Weights(policy=settings.policy_weight, cost=settings.cost_weight),
         narrow_epsilon=settings.narrow_epsilon if settings.narrowing else None,
+        refresh_shapes=settings.refresh_shapes,
+        refresh_window=settings.refresh_window,
     )
     service = SchedulingService(
         inventory,

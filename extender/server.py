@@ -23,6 +23,7 @@ import msgspec
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
+from starlette.background import BackgroundTask
 
 from extender import __version__
 from extender.allocation import LedgerUnavailable
@@ -348,7 +349,16 @@ def create_app(
                                 status_code=403)
         response = service.report(report)  # type: ignore[arg-type]
         collect_due()  # reports leave most of what stays alive: collected here
-        return Response(encoder.encode(response), media_type=JSON)
+        # once the agent has its answer: the plans of the shapes scheduled lately
+        return Response(encoder.encode(response), media_type=JSON,
+                        background=BackgroundTask(refresh_plans))
+
+    async def refresh_plans() -> None:
+        """On the event loop (plans are used from it alone), after the reply is sent."""
+        try:
+            service.refresh()
+        except Exception:  # the next filter meets the same and answers; log, go on
+            log.exception("refreshing plans after a report failed")
 
     @app.post("/v1/pods/{uid}/release", summary="end a pod's allocations (standalone mode)",
               responses={401: {"description": "no or wrong credential"},

@@ -33,6 +33,7 @@ from extender.demand import DemandError, GpuDemand, demand_of
 from extender.dra.feasibility import DeviceKey, claim_fits, current_devices, device_uuid
 from extender.dra.ingest import decisions_from_claim
 from extender.dra.state import DraState
+from extender.hotshapes import HotShapes
 from extender.inventory import Grant, Inventory
 from extender.ledger.base import Ledger
 from extender.ledger_writer import LedgerWriter
@@ -85,6 +86,8 @@ class ServiceConfig:
     limits: Limits = field(default_factory=Limits)
     weights: Weights = field(default_factory=Weights)
     narrow_epsilon: float | None = None  # None: filter passes every fitting node
+    refresh_shapes: int = 2  # plans brought up to date after a report (extender.hotshapes)
+    refresh_window: float = 10.0  # ... for the shapes filtered within this many seconds
 
 
 def pod_ref(pod: Pod) -> PodRef:
@@ -136,6 +139,7 @@ class SchedulingService:
         self._last_read: tuple[Pod, PodRef, GpuDemand] | None = None  # see _remember
         self._last_scores: tuple[NameList, Ints, msgspec.Raw] | None = None  # _scores_reply
         self._last_passing: Sequence[str] | None = None  # see _evaluated_outcome
+        self.hot = HotShapes(config.refresh_shapes, config.refresh_window)  # see refresh
 
     # --- startup -----------------------------------------------------------------------
 
@@ -173,6 +177,8 @@ class SchedulingService:
                 return ExtenderFilterResult(), list(raws)
             return ExtenderFilterResult(NodeNames=list(args.NodeNames or [])), None
         names, now = self._names(args), self.clock.now()
+        if demand.count:  # device-plugin GPUs: its plans are patched after reports
+            self.hot.touch(demand, now)
         found = self._reordered_filter(demand, names, now)
         if found is None:
             plan = self._plan(args.Pod, demand, names, now)
@@ -184,6 +190,23 @@ class SchedulingService:
             return (msgspec.structs.replace(result, NodeNames=None),
                     [raws[i] for i in passing.tolist()])
         return result, None
+
+    def refresh(self) -> int:
+        """Brings the widest plan of each shape filtered lately up to date and makes its
+        filter and prioritize answers (``extender.hotshapes``); call it off the scheduling
+        cycle, after an agent report is answered. Returns the plans refreshed."""
+        now, done = self.clock.now(), 0
+        for demand in self.hot.recent(now):
+            shape, evaluate = self._shape(demand, now)
+            parent = self.plans.parent(shape, now, self.inventory.seq, self._changed,
+                                       evaluate, self.config.stale_after)
+            if parent is None:  # none, or it must be rebuilt: the next filter does that
+                continue
+            passing = self._filter_answer(parent, demand)[1].NodeNames
+            if isinstance(passing, NameList):  # prioritize gets it back (read by ids)
+                self._passing_reply(parent, demand)
+            done += 1
+        return done
 
     def _filter_answer(self, plan: Plan, demand: GpuDemand) -> tuple[Ints, ExtenderFilterResult]:
         """The plan's filter reply, kept with it: the same candidates and shape as last time

@@ -22,6 +22,11 @@ class Settings(BaseSettings):
     cost_weight: float = Field(1.0, ge=0)
     policy_weight: float = Field(1.0, gt=0)
     stale_after: float = Field(30.0, gt=0, description="seconds before a report is stale")
+    # after each agent report, the plans of the shapes filtered in the last
+    # refresh_window seconds (at most refresh_shapes) are brought up to date, so the next
+    # pod's filter does not do it (extender/hotshapes.py); 0 turns it off
+    refresh_shapes: int = Field(2, ge=0)
+    refresh_window: float = Field(10.0, ge=0)
     margin_mib: int = Field(512, ge=0, description="safety margin kept free on each GPU")
     idle_mib: int = Field(1024, ge=0, description="used memory below which a GPU counts idle")
     price_file: str | None = None

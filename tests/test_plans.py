@@ -100,6 +100,7 @@ def test_plans_match_a_fresh_evaluation(tmp_path: Path, ops: list[tuple]) -> Non
     def report(n: str) -> None:
         d = drivers[n]
         svc.report(build_report(d, n, d.attribute, clock, labels=labels))
+        svc.refresh()  # as the server does once the report is answered (shapes used lately)
 
     for n in NODES:
         report(n)

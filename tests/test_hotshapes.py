@@ -1,0 +1,125 @@
+"""After an agent report, the plans of the shapes scheduled lately are brought up to date
+off the scheduling cycle: the next pod of such a shape gets its answer without an
+evaluation, the very answer a fresh evaluation gives, and a shape not scheduled lately
+is left to its next filter."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from drivers.agent import build_report
+from drivers.simulated import SimulatedDriver
+from extender.clock import ManualClock
+from extender.demand import GpuDemand
+from extender.hotshapes import HotShapes
+from extender.service import SchedulingService
+from tests.support import gpu_pod, running_extender
+from tests.test_reorder import NODES, Asker, service_of
+
+
+@pytest.fixture
+def svc(tmp_path: Path) -> Iterator[SchedulingService]:
+    yield from service_of(tmp_path, NODES)
+
+
+def fill(svc: SchedulingService, name: str, mib: int) -> None:
+    """The node's one GPU now has ``mib`` in use (service_of's node, same GPU)."""
+    i = int(name.split("-")[1])
+    d = SimulatedDriver("1xA10G:24Gi", seed=i, node=name, clock=svc.clock)
+    d.start_process("hog", d.gpu_uuids[0], mib)
+    labels = {"node.kubernetes.io/instance-type": ("g5.xlarge", "g5.2xlarge")[i % 2],
+              "karpenter.sh/capacity-type": ("spot", "on-demand")[i % 3 == 0]}
+    svc.report(build_report(d, name, d.attribute, svc.clock, labels=labels))
+
+
+def no_evaluation(monkeypatch: pytest.MonkeyPatch, svc: SchedulingService) -> None:
+    monkeypatch.setattr(svc, "_evaluate_names",
+                        lambda *a: pytest.fail("evaluated on the scheduling cycle"))
+
+
+def test_the_next_pod_of_a_hot_shape_finds_its_answer_made(
+        svc: SchedulingService, monkeypatch: pytest.MonkeyPatch) -> None:
+    ask = Asker(svc, monkeypatch)
+    _, passing = ask.filter("p0", NODES)
+    gone = passing[0]
+    fill(svc, gone, 23 * 1024)  # a passing node is full now
+    assert svc.refresh() == 1
+    with monkeypatch.context() as m:
+        no_evaluation(m, svc)
+        reply, passing = ask.filter("p1", NODES)
+        scores = ask.prioritize("p1", passing)
+    assert gone in reply["FailedNodes"] and gone not in passing
+    assert reply == ask.fresh("filter", "p1", NODES)
+    assert scores == ask.fresh("prioritize", "p1", list(passing))
+
+
+def test_only_shapes_filtered_lately_are_refreshed(
+        svc: SchedulingService, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At most ``refresh_shapes`` of them, the latest first, and none filtered longer than
+    ``refresh_window`` ago: those are patched by their next filter, as before."""
+    ask = Asker(svc, monkeypatch)
+    for memory in ("16Gi", "8Gi", "4Gi"):  # three shapes, two kept hot
+        ask.memory = memory
+        ask.filter(memory, NODES)
+    fill(svc, NODES[3], 2048)
+    assert svc.refresh() == 2
+    fill(svc, NODES[4], 4096)
+    assert isinstance(svc.clock, ManualClock)
+    svc.clock.advance(svc.config.refresh_window + 1)
+    assert svc.refresh() == 0
+    ask.memory = "4Gi"  # its plan is patched by the filter itself: the same answer
+    assert ask.filter("late", NODES)[0] == ask.fresh("filter", "late", NODES)
+
+
+def test_hot_shapes_keep_the_latest_within_the_window() -> None:
+    hot = HotShapes(limit=2, window=10)
+    a, b, c = (GpuDemand(1, m) for m in (1024, 2048, 4096))
+    hot.touch(a, 0)
+    hot.touch(b, 1)
+    hot.touch(a, 2)  # again: the latest now
+    assert hot.recent(5) == [a, b]
+    hot.touch(c, 3)
+    assert hot.recent(5) == [c, a] and hot.recent(12.5) == [c]
+    off = HotShapes(limit=0)
+    off.touch(a, 0)
+    assert off.recent(0) == []
+
+
+def test_the_server_refreshes_after_answering_a_report(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Over HTTP: a report's reply comes first, then the hot shape's plan is patched (the
+    next request on the connection finds it done); a refresh that fails is logged and
+    the report is still accepted."""
+    with running_extender(tmp_path) as ext:
+        for i in range(6):
+            ext.add_node(f"n{i}", spec="2xA10G:24Gi", seed=i)
+        names = [f"n{i}" for i in range(6)]
+        body = ext.schedule_args(gpu_pod("p0", memory="20Gi"), names)
+        first = ext.post("filter", body).json()
+        svc = ext.built.service
+        full = ext.drivers[first["NodeNames"][0]]
+        for uuid in full.gpu_uuids:
+            full.start_process("hog", uuid, 20 * 1024)
+        assert ext.report(first["NodeNames"][0]).json()["accepted"]
+        ext.client.get("/healthz")
+        with monkeypatch.context() as m:
+            no_evaluation(m, svc)
+            again = ext.post("filter", ext.schedule_args(gpu_pod("p1", memory="20Gi"), names))
+        assert again.status_code == 200
+        assert first["NodeNames"][0] in again.json()["FailedNodes"]
+
+        def broken() -> int:
+            raise RuntimeError("refresh broke")
+
+        monkeypatch.setattr(svc, "refresh", broken)
+        with caplog.at_level(logging.ERROR, logger="headroom.server"):
+            assert ext.report("n1").json()["accepted"]
+            ext.client.get("/healthz")
+        assert any("refreshing plans" in r.getMessage() for r in caplog.records)
+        assert msgspec.json.decode(ext.post("filter", body).content)["NodeNames"]
