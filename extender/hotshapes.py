@@ -1,5 +1,5 @@
 """The pod shapes scheduled lately: their plans are brought up to date after each agent
-report, off the scheduling cycle.
+report and each bind, off the scheduling cycle.
 
 A report that moves a node's numbers voids the answers kept with every plan listing the
 node, and the next filter for the shape patched its plan and made its answers again,
@@ -7,7 +7,9 @@ inside kube-scheduler's wait: at 5,000 nodes with 1% of them reporting between t
 more than half of that filter's time in the server (docs/BENCHMARKS.md, "eighth round").
 Nothing waits on a report once it is answered, so the service patches the plans of the
 shapes scheduled in the last ``window`` seconds right after the reply is sent, and the
-next pod of such a shape finds its answer made. Replicas of one shape in a row are the
+next pod of such a shape finds its answer made. A bind changes its node the same way
+(memory reserved), and kube-scheduler binds in a goroutine of its own while the next
+pod's filter is on its way: the patch is made then too, unless that filter is first. Replicas of one shape in a row are the
 common case; ``limit`` bounds the work a report adds (a shape costs ~0.1-0.3 ms per
 report at 5,000 nodes), and a shape not scheduled lately costs nothing.
 """

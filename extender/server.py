@@ -248,6 +248,15 @@ def create_app(
     async def decode(request: Request, decoder: Decoder, limit: int) -> object:
         return safe_decode(decoder, await read_body(request, limit))
 
+    async def refresh_plans() -> None:
+        """After a report or a bind is answered, on the event loop (plans are used from
+        it alone): the plans of the shapes scheduled lately brought up to date
+        (``SchedulingService.refresh``)."""
+        try:
+            service.refresh()
+        except Exception:  # the next filter meets the same and answers; log, go on
+            log.exception("refreshing plans failed")
+
     @app.post("/filter", summary="kube-scheduler extender filter",
               openapi_extra=_body_schema(ExtenderArgs, components),
               responses=_responses(ExtenderFilterResult, components))
@@ -296,7 +305,9 @@ def create_app(
               responses=_responses(ExtenderBindingResult, components))
     async def bind(request: Request) -> Response:
         # the ledger write and the API call block: run them off the event loop
-        return await run_in_threadpool(bind_sync, await read_body(request, max_body_bytes))
+        response = await run_in_threadpool(bind_sync, await read_body(request, max_body_bytes))
+        response.background = BackgroundTask(refresh_plans)  # the bound node changed
+        return response
 
     @app.post("/preempt", summary="kube-scheduler extender preempt",
               openapi_extra=_body_schema(ExtenderPreemptionArgs, components),
@@ -352,13 +363,6 @@ def create_app(
         # once the agent has its answer: the plans of the shapes scheduled lately
         return Response(encoder.encode(response), media_type=JSON,
                         background=BackgroundTask(refresh_plans))
-
-    async def refresh_plans() -> None:
-        """On the event loop (plans are used from it alone), after the reply is sent."""
-        try:
-            service.refresh()
-        except Exception:  # the next filter meets the same and answers; log, go on
-            log.exception("refreshing plans after a report failed")
 
     @app.post("/v1/pods/{uid}/release", summary="end a pod's allocations (standalone mode)",
               responses={401: {"description": "no or wrong credential"},

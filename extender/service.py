@@ -194,7 +194,7 @@ class SchedulingService:
     def refresh(self) -> int:
         """Brings the widest plan of each shape filtered lately up to date and makes its
         filter and prioritize answers (``extender.hotshapes``); call it off the scheduling
-        cycle, after an agent report is answered. Returns the plans refreshed."""
+        cycle, after an agent report or a bind is answered. Returns the plans refreshed."""
         now, done = self.clock.now(), 0
         for demand in self.hot.recent(now):
             shape, evaluate = self._shape(demand, now)

@@ -123,3 +123,26 @@ def test_the_server_refreshes_after_answering_a_report(
             ext.client.get("/healthz")
         assert any("refreshing plans" in r.getMessage() for r in caplog.records)
         assert msgspec.json.decode(ext.post("filter", body).content)["NodeNames"]
+
+
+def test_after_a_bind_the_next_replica_finds_its_answer_made(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bind reserves memory on the chosen node (a change every plan listing it must
+    see); once the bind is answered the hot shape's plan is patched, so the next replica's
+    filter evaluates nothing and sees the reservation."""
+    with running_extender(tmp_path) as ext:
+        for i in range(4):
+            ext.add_node(f"n{i}", spec="1xA10G:24Gi", seed=i)
+        names = [f"n{i}" for i in range(4)]
+        first = ext.post("filter", ext.schedule_args(gpu_pod("p0", memory="20Gi"), names))
+        chosen = first.json()["NodeNames"][0]
+        bound = ext.post("bind", {"PodName": "p0", "PodNamespace": "ml", "PodUID": "uid-p0",
+                                  "Node": chosen})
+        assert bound.status_code == 200 and not bound.json().get("Error")
+        ext.client.get("/healthz")
+        with monkeypatch.context() as m:
+            no_evaluation(m, ext.built.service)
+            again = ext.post("filter", ext.schedule_args(gpu_pod("p1", memory="20Gi"),
+                                                         names))
+        assert again.status_code == 200
+        assert chosen in again.json()["FailedNodes"]  # 20 GiB of its 24 reserved
