@@ -22,7 +22,7 @@ class Settings(BaseSettings):
     cost_weight: float = Field(1.0, ge=0)
     policy_weight: float = Field(1.0, gt=0)
     stale_after: float = Field(30.0, gt=0, description="seconds before a report is stale")
-    # after each agent report, the plans of the shapes filtered in the last
+    # after each agent report and bind, the plans of the shapes filtered in the last
     # refresh_window seconds (at most refresh_shapes) are brought up to date, so the next
     # pod's filter does not do it (extender/hotshapes.py); 0 turns it off
     refresh_shapes: int = Field(2, ge=0)
