@@ -3,11 +3,14 @@ from a real HTTP client over loopback to ``headroom serve`` in its own process, 
 the floor (a trivial endpoint on the same server receiving the same bodies).
 
     .venv/bin/python bench/latency.py [--sizes 100,1000,5000] [--requests 1000] \
-        [--client httpx|lean] [--slowest N] [--out docs/bench-latency.md]
+        [--client httpx|lean|go] [--slowest N] [--out docs/bench-latency.md]
 
 The floor reads the same request body and answers with a prepared body of the same size
 as the reply it is compared with (in Nodes mode the filter must send the passing Node
-objects back, megabytes at 5,000 nodes: transport, not evaluation).
+objects back, megabytes at 5,000 nodes: transport, not evaluation). With ``--client go``
+the requests are made as kube-scheduler makes them (bench/goclient: the args encoded
+with encoding/json, replies decoded into the typed results), and the floor answers with
+the very reply bytes of the verb, so both are decoded alike.
 
 "warm": every pod has the same shape and nothing changed in between (replicas in a row);
 "churn": the same shape, but 1% of the nodes reported changed usage before each pod (the
@@ -41,6 +44,7 @@ from tqdm import tqdm
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.goclient import GoClient  # noqa: E402
 from bench.leanclient import LeanClient  # noqa: E402
 from drivers.agent import build_report  # noqa: E402
 from drivers.simulated import SimulatedDriver  # noqa: E402
@@ -72,12 +76,15 @@ def pod(i: int, memory_mib: int) -> dict[str, Any]:
     }
 
 
-def start_server(tmp: str, sections: bool = False) -> tuple[subprocess.Popen[bytes], str]:
-    """bench/serve_with_floor.py on a free port; ``sections``: with its section timers."""
+def start_server(tmp: str, sections: bool = False, keep_replies: bool = False
+                 ) -> tuple[subprocess.Popen[bytes], str]:
+    """bench/serve_with_floor.py on a free port; ``sections``: with its section timers;
+    ``keep_replies``: its floor can answer with the last reply of a verb."""
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, str(ROOT / "bench/serve_with_floor.py"), str(port), f"{tmp}/bench.db",
-         *(["--sections"] if sections else [])],
+         *(["--sections"] if sections else []),
+         *(["--keep-replies"] if keep_replies else [])],
         cwd=ROOT,
     )
     url = f"http://127.0.0.1:{port}"
@@ -136,12 +143,61 @@ def timed(
     return elapsed, r
 
 
+class HttpPairs:
+    """The pair timed with a Python HTTP client (httpx, or bench/leanclient.py): bodies
+    encoded before the clock starts, replies read after it stops; the floor gets the very
+    same bodies and answers with as many bytes as each reply had."""
+
+    def __init__(self, client: Any) -> None:
+        self.client, self.nodes = client, None
+        self._last: tuple[bytes, int, bytes, int] = (b"", 2, b"", 2)
+
+    def load(self, nodes: dict[str, Any] | None) -> None:
+        self.nodes = nodes
+
+    def pair(self, pod_: dict[str, Any], names: list[str]) -> tuple[float, float]:
+        first = body_for(pod_, names, self.nodes)
+        t_filter, reply = timed(self.client, "/filter", first)
+        second = body_for(pod_, passed(reply.json(), self.nodes), self.nodes)
+        t_prioritize, scores = timed(self.client, "/prioritize", second)
+        self._last = (first, len(reply.content), second, len(scores.content))
+        return t_filter, t_prioritize
+
+    def floor(self) -> float:
+        first, first_reply, second, second_reply = self._last
+        return (timed(self.client, "/floor", first, first_reply)[0]
+                + timed(self.client, "/floor", second, second_reply)[0])
+
+
+class GoPairs:
+    """The pair timed by bench/goclient (kube-scheduler's client code path, its JSON
+    encoding and decoding included), reports still posted by ``client``."""
+
+    def __init__(self, go: GoClient) -> None:
+        self.go, self.mode = go, "NodeNames"
+        self._last: tuple[dict[str, Any], list[str]] = ({}, [])
+
+    def load(self, nodes: dict[str, Any] | None) -> None:
+        self.mode = "NodeNames" if nodes is None else "Nodes"
+        if nodes is not None:
+            self.go.nodes(list(nodes.values()))
+
+    def pair(self, pod_: dict[str, Any], names: list[str]) -> tuple[float, float]:
+        self._last = (pod_, names)
+        return self.go.pair(pod_, names, self.mode)
+
+    def floor(self) -> float:
+        """The same pod and candidates, sent anew and handled alike (see goclient)."""
+        return sum(self.go.pair(*self._last, self.mode, floor=True))
+
+
 def measure(
-    client: httpx.Client, drivers: dict[str, SimulatedDriver], names: list[str], mode: str,
-    shape: str, n: int,
+    client: Any, pairs: HttpPairs | GoPairs, drivers: dict[str, SimulatedDriver],
+    names: list[str], mode: str, shape: str, n: int,
 ) -> dict[str, Any]:
     """kube-scheduler's sequence per pod: filter with the candidates, then prioritize with
-    the nodes filter passed; the floor gets the very same two bodies.
+    the nodes filter passed; the floor gets the very same two requests. ``client`` posts
+    the reports, ``pairs`` times the pairs.
 
     The client's own garbage collector runs between pods, not on its own schedule: the
     client holds 5,000 Node objects as dicts and 5,000 simulated agents, and a full
@@ -150,24 +206,27 @@ def measure(
     the server's latency. (Collected every pod all the same: httpx's requests and
     responses are cycles holding the megabyte bodies.)"""
     nodes = {x: node_object(x) for x in names} if mode == "Nodes" else None
+    pairs.load(nodes)
     gc.collect()
     gc.freeze()  # the long-lived client objects: out of every collection below
     gc.disable()
     try:
-        return _measure(client, drivers, names, mode, shape, n, nodes)
+        measured = _measure(client, pairs, drivers, names, mode, shape, n)
+        measured["body_kib"] = len(body_for(pod(0, 4096), names, nodes)) / 1024
+        return measured
     finally:
         gc.enable()
         gc.unfreeze()
 
 
 def _measure(
-    client: httpx.Client, drivers: dict[str, SimulatedDriver], names: list[str], mode: str,
-    shape: str, n: int, nodes: dict[str, Any] | None,
+    client: Any, pairs: HttpPairs | GoPairs, drivers: dict[str, SimulatedDriver],
+    names: list[str], mode: str, shape: str, n: int,
 ) -> dict[str, Any]:
-    ours, floor, pairs = [], [], []
+    ours, floor, times = [], [], []
     rng = random.Random(7)
     if shape != "cold":  # warm and churn start from a built plan, as in steady state
-        client.post("/filter", content=body_for(pod(0, 4096), names, nodes), headers=JSON)
+        pairs.pair(pod(0, 4096), names)
     for i in tqdm(
         range(n), desc=f"{len(names)} nodes {mode} {shape}", leave=False, file=sys.stderr
     ):
@@ -175,27 +234,19 @@ def _measure(
             churn(client, drivers, names, rng)
         mem = 1024 + i if shape == "cold" else 4096
         order = rng.sample(names, len(names)) if shape == "shuffled" else names
-        first = body_for(pod(i, mem), order, nodes)
-        t_filter, reply = timed(client, "/filter", first)
-        second = body_for(pod(i, mem), passed(reply.json(), nodes), nodes)
-        t_prioritize, scores = timed(client, "/prioritize", second)
+        t_filter, t_prioritize = pairs.pair(pod(i, mem), order)
         ours.append(t_filter + t_prioritize)
         if shape == "churn":  # the floor under the same load: reports just processed
             churn(client, drivers, names, rng)
-        floor.append(
-            timed(client, "/floor", first, len(reply.content))[0]
-            + timed(client, "/floor", second, len(scores.content))[0]
-        )
-        pairs.append((t_filter, t_prioritize, floor[-1]))
-        del reply, scores
+        floor.append(pairs.floor())
+        times.append((t_filter, t_prioritize, floor[-1]))
         gc.collect()  # untimed, see measure()
     return {
         "p50": statistics.median(ours) * 1e3,
         "p99": _p99(ours) * 1e3,
         "floor_p50": statistics.median(floor) * 1e3,
         "floor_p99": _p99(floor) * 1e3,
-        "body_kib": len(first) / 1024,
-        "pairs": pairs,  # per pod: (filter s, prioritize s, the floor's pair s)
+        "pairs": times,  # per pod: (filter s, prioritize s, the floor's pair s)
     }
 
 
@@ -226,9 +277,10 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=1000)
     ap.add_argument("--nodes-mode-requests", type=int, default=200)
     ap.add_argument("--out")
-    ap.add_argument("--client", choices=("httpx", "lean"), default="httpx",
-                    help="the timed requests' client: httpx, or a minimal socket client "
-                         "whose own cost is closer to kube-scheduler's (bench/leanclient.py)")
+    ap.add_argument("--client", choices=("httpx", "lean", "go"), default="httpx",
+                    help="the timed requests' client: httpx; a minimal socket client "
+                         "(bench/leanclient.py); or kube-scheduler's own client code path, "
+                         "JSON encoding and decoding included (bench/goclient, needs Go)")
     ap.add_argument("--slowest", type=int, default=0,
                     help="also list each run's N slowest pairs, with the floor's pair "
                          "of the same pod (do slow pairs come alone or in noisy spells?)")
@@ -236,14 +288,18 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        proc, url = start_server(tmp)
+        proc, url = start_server(tmp, keep_replies=args.client == "go")
         try:
             with make_client(url, timeout=120) as client:
                 names = [f"node-{i:05d}" for i in range(max(sizes))]
                 drivers = report_nodes(client, names)
-                timing: Any = client
-                if args.client == "lean":
-                    timing = LeanClient(int(url.rsplit(":", 1)[1]))
+                reports: Any = client
+                pairs: HttpPairs | GoPairs = HttpPairs(client)
+                if args.client == "lean":  # reports on the same connection, as with httpx
+                    reports = LeanClient(int(url.rsplit(":", 1)[1]))
+                    pairs = HttpPairs(reports)
+                elif args.client == "go":
+                    pairs = GoPairs(GoClient(url))
                 for size in sizes:
                     for mode in ("NodeNames", "Nodes"):
                         for shape in ("warm", "churn", "cold", "shuffled"):
@@ -254,7 +310,8 @@ def main() -> None:
                                     mode,
                                     shape,
                                     n,
-                                    measure(timing, drivers, names[:size], mode, shape, n),
+                                    measure(reports, pairs, drivers, names[:size], mode,
+                                            shape, n),
                                 )
                             )
         finally:

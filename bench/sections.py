@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.latency import measure, report_nodes, start_server  # noqa: E402
+from bench.latency import HttpPairs, measure, report_nodes, start_server  # noqa: E402
 from extender.httpclient import make_client  # noqa: E402
 
 
@@ -40,7 +40,8 @@ def main() -> None:
                 print("|---|---|---|---:|---:|---:|")
                 for shape in args.shapes.split(","):
                     client.get("/sections")  # what the reports left: cleared
-                    measure(client, drivers, names, "NodeNames", shape, args.pods)
+                    measure(client, HttpPairs(client), drivers, names, "NodeNames", shape,
+                            args.pods)
                     for key, (calls, p50, p99) in client.get("/sections").json().items():
                         route, section = key.split(" ", 1)
                         print(f"| {shape} | {route} | {section} | {calls} | {p50:.0f} | "

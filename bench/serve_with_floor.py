@@ -2,7 +2,11 @@
 the same server that reads the same body and answers without computing anything -- the
 latency floor that filter/prioritize are compared against. Benchmark use only.
 
-    serve_with_floor.py PORT DB [--sections]
+    serve_with_floor.py PORT DB [--sections] [--keep-replies]
+
+``--keep-replies`` keeps the last reply of /filter and of /prioritize, and the floor
+answers ``X-Reply-Like: filter|prioritize`` with those very bytes (a client that decodes
+replies into typed results, as kube-scheduler does, then decodes the same for both).
 
 ``--sections`` times the scheduling path's calls from inside (``SECTIONS``) and each
 whole request per route, and serves them at ``GET /sections`` (bench/sections.py)."""
@@ -102,26 +106,55 @@ class Sections:
         return out
 
 
+class KeepReplies:
+    """The last reply body sent on each scheduler verb (``--keep-replies``)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.last: dict[str, bytes] = {}
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        verb = scope.get("path", "")[1:] if scope["type"] == "http" else ""
+        if verb not in ("filter", "prioritize"):
+            await self.app(scope, receive, send)
+            return
+        parts: list[bytes] = []
+
+        async def kept(message: Any) -> None:
+            if message["type"] == "http.response.body":
+                parts.append(message.get("body", b""))
+                if not message.get("more_body"):
+                    self.last[verb] = b"".join(parts)
+            await send(message)
+
+        await self.app(scope, receive, kept)
+
+
 def main() -> None:
     port, db = int(sys.argv[1]), sys.argv[2]
     setup_logging("error")  # the simulated agents' pods have no grants: leak warnings galore
     built = build(Settings(db=db, allow_unauthenticated_reports=True, stale_after=3600))
 
     replies: dict[int, bytes] = {}
+    keep = KeepReplies(built.app) if "--keep-replies" in sys.argv[3:] else None
 
     @built.app.post("/floor")
     async def floor(request: Request) -> Response:
         """Reads the body; answers ``{}``, or with ``X-Reply-Bytes: N`` a prepared JSON
-        string of N bytes (the same transport back as the reply it is compared with)."""
+        string of N bytes (the same transport back as the reply it is compared with), or
+        with ``X-Reply-Like: VERB`` the last reply of that verb (``--keep-replies``)."""
         await request.body()
+        like = request.headers.get("x-reply-like")
+        if keep is not None and like in keep.last:
+            return Response(keep.last[like], media_type="application/json")
         size = int(request.headers.get("x-reply-bytes", "2"))
         if size not in replies:
             replies[size] = b"{}" if size <= 2 else b'"' + b"x" * (size - 2) + b'"'
         return Response(replies[size], media_type="application/json")
 
-    app: Any = built.app
+    app: Any = built.app if keep is None else keep
     if "--sections" in sys.argv[3:]:
-        app = sections = Sections(built.app)
+        app = sections = Sections(app)
         built.app.get("/sections")(sections.take)
 
     tune_runtime()  # as ``headroom serve`` does before serving

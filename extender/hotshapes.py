@@ -9,9 +9,10 @@ Nothing waits on a report once it is answered, so the service patches the plans 
 shapes scheduled in the last ``window`` seconds right after the reply is sent, and the
 next pod of such a shape finds its answer made. A bind changes its node the same way
 (memory reserved), and kube-scheduler binds in a goroutine of its own while the next
-pod's filter is on its way: the patch is made then too, unless that filter is first. Replicas of one shape in a row are the
-common case; ``limit`` bounds the work a report adds (a shape costs ~0.1-0.3 ms per
-report at 5,000 nodes), and a shape not scheduled lately costs nothing.
+pod's filter is on its way: the patch is made then too, unless that filter is first.
+Replicas of one shape in a row are the common case; ``limit`` bounds the work a report
+adds (a shape costs ~0.1-0.3 ms per report at 5,000 nodes), and a shape not scheduled
+lately costs nothing.
 """
 
 from __future__ import annotations

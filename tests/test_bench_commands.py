@@ -3,6 +3,7 @@ their tables: a bench that fails is found here, not by the next person to measur
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,9 +20,13 @@ ROOT = Path(__file__).resolve().parents[1]
     ("bench/latency.py", ["--sizes", "30", "--requests", "2", "--nodes-mode-requests", "2",
                           "--client", "lean"],
      "| 30 | Nodes | shuffled | 2 |"),
+    pytest.param("bench/latency.py", ["--sizes", "30", "--requests", "2",
+                                      "--nodes-mode-requests", "2", "--client", "go"],
+                 "| 30 | Nodes | shuffled | 2 |",
+                 marks=pytest.mark.skipif(shutil.which("go") is None, reason="needs Go")),
     ("bench/phases.py", ["--nodes", "30", "--pods", "3"], "| shuffled |"),
     ("bench/sections.py", ["--nodes", "30", "--pods", "3", "--shapes", "shuffled"],
-     "| shuffled | prioritize | whole request | 3 |"),
+     "| shuffled | prioritize | whole request | 4 |"),  # 3 pods after a warm-up pod
     ("bench/names.py", ["--nodes", "30", "--reads", "3"], "| simulated (node-00042) |"),
 ])
 def test_a_bench_command_prints_its_table(script: str, args: list[str], row: str) -> None:
