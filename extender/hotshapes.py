@@ -24,6 +24,8 @@ from extender.demand import GpuDemand
 
 
 class HotShapes:
+    """The latest ``limit`` device-plugin shapes filtered, each with when it last was."""
+
     def __init__(self, limit: int = 2, window: float = 10.0) -> None:
         self.limit, self.window = limit, window
         self._seen: OrderedDict[Hashable, tuple[GpuDemand, float]] = OrderedDict()

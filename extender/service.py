@@ -86,7 +86,7 @@ class ServiceConfig:
     limits: Limits = field(default_factory=Limits)
     weights: Weights = field(default_factory=Weights)
     narrow_epsilon: float | None = None  # None: filter passes every fitting node
-    refresh_shapes: int = 2  # plans brought up to date after a report (extender.hotshapes)
+    refresh_shapes: int = 2  # plans brought up to date after a report or bind (hotshapes)
     refresh_window: float = 10.0  # ... for the shapes filtered within this many seconds
 
 
