@@ -289,6 +289,7 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         proc, url = start_server(tmp, keep_replies=args.client == "go")
+        opened: list[LeanClient | GoClient] = []  # closed at the end
         try:
             with make_client(url, timeout=120) as client:
                 names = [f"node-{i:05d}" for i in range(max(sizes))]
@@ -298,8 +299,10 @@ def main() -> None:
                 if args.client == "lean":  # reports on the same connection, as with httpx
                     reports = LeanClient(int(url.rsplit(":", 1)[1]))
                     pairs = HttpPairs(reports)
+                    opened.append(reports)
                 elif args.client == "go":
                     pairs = GoPairs(GoClient(url))
+                    opened.append(pairs.go)
                 for size in sizes:
                     for mode in ("NodeNames", "Nodes"):
                         for shape in ("warm", "churn", "cold", "shuffled"):
@@ -315,6 +318,8 @@ def main() -> None:
                                 )
                             )
         finally:
+            for opened_client in opened:
+                opened_client.close()
             proc.terminate()
             proc.wait()
     table = render(rows)

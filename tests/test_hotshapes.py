@@ -12,29 +12,17 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from drivers.agent import build_report
-from drivers.simulated import SimulatedDriver
 from extender.clock import ManualClock
 from extender.demand import GpuDemand
 from extender.hotshapes import HotShapes
 from extender.service import SchedulingService
 from tests.support import gpu_pod, running_extender
-from tests.test_reorder import NODES, Asker, service_of
+from tests.test_reorder import NODES, Asker, report_used, service_of
 
 
 @pytest.fixture
 def svc(tmp_path: Path) -> Iterator[SchedulingService]:
     yield from service_of(tmp_path, NODES)
-
-
-def fill(svc: SchedulingService, name: str, mib: int) -> None:
-    """The node's one GPU now has ``mib`` in use (service_of's node, same GPU)."""
-    i = int(name.split("-")[1])
-    d = SimulatedDriver("1xA10G:24Gi", seed=i, node=name, clock=svc.clock)
-    d.start_process("hog", d.gpu_uuids[0], mib)
-    labels = {"node.kubernetes.io/instance-type": ("g5.xlarge", "g5.2xlarge")[i % 2],
-              "karpenter.sh/capacity-type": ("spot", "on-demand")[i % 3 == 0]}
-    svc.report(build_report(d, name, d.attribute, svc.clock, labels=labels))
 
 
 def no_evaluation(monkeypatch: pytest.MonkeyPatch, svc: SchedulingService) -> None:
@@ -47,7 +35,7 @@ def test_the_next_pod_of_a_hot_shape_finds_its_answer_made(
     ask = Asker(svc, monkeypatch)
     _, passing = ask.filter("p0", NODES)
     gone = passing[0]
-    fill(svc, gone, 23 * 1024)  # a passing node is full now
+    report_used(svc, gone, 23 * 1024)  # a passing node is full now
     assert svc.refresh() == 1
     with monkeypatch.context() as m:
         no_evaluation(m, svc)
@@ -66,9 +54,9 @@ def test_only_shapes_filtered_lately_are_refreshed(
     for memory in ("16Gi", "8Gi", "4Gi"):  # three shapes, two kept hot
         ask.memory = memory
         ask.filter(memory, NODES)
-    fill(svc, NODES[3], 2048)
+    report_used(svc, NODES[3], 2048)
     assert svc.refresh() == 2
-    fill(svc, NODES[4], 4096)
+    report_used(svc, NODES[4], 4096)
     assert isinstance(svc.clock, ManualClock)
     svc.clock.advance(svc.config.refresh_window + 1)
     assert svc.refresh() == 0

@@ -73,14 +73,20 @@ def service_of(tmp_path: Path, nodes: Sequence[str]) -> Iterator[SchedulingServi
                             InProcessBinder(), policy_by_name("headroom"), clock,
                             ServiceConfig(stale_after=3600, narrow_epsilon=0.05))
     for name in nodes:
-        i = int(name.split("-")[1])
-        d = SimulatedDriver("1xA10G:24Gi", seed=i, node=name, clock=clock)
-        d.start_process("hog", d.gpu_uuids[0], 1024 * (i % 12))
-        labels = {"node.kubernetes.io/instance-type": ("g5.xlarge", "g5.2xlarge")[i % 2],
-                  "karpenter.sh/capacity-type": ("spot", "on-demand")[i % 3 == 0]}
-        svc.report(build_report(d, name, d.attribute, clock, labels=labels))
+        report_used(svc, name, 1024 * (int(name.split("-")[1]) % 12))
     yield svc
     svc.writer.close()
+
+
+def report_used(svc: SchedulingService, name: str, mib: int) -> None:
+    """The node ``node-<i>`` reports its one A10G with ``mib`` in use (its labels and GPU
+    follow from i)."""
+    i = int(name.split("-")[1])
+    d = SimulatedDriver("1xA10G:24Gi", seed=i, node=name, clock=svc.clock)
+    d.start_process("hog", d.gpu_uuids[0], mib)
+    labels = {"node.kubernetes.io/instance-type": ("g5.xlarge", "g5.2xlarge")[i % 2],
+              "karpenter.sh/capacity-type": ("spot", "on-demand")[i % 3 == 0]}
+    svc.report(build_report(d, name, d.attribute, svc.clock, labels=labels))
 
 
 def pod(uid: str, memory: str = "16Gi") -> dict:
