@@ -32,8 +32,7 @@ def build() -> Path:
         print(f"building {SOURCE} -> {binary}", file=sys.stderr)
         cache.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=mod", "CGO_ENABLED": "0"}
-        subprocess.run(["go", "build", "-o", str(binary), "."], cwd=SOURCE, env=env,
-                       check=True)
+        subprocess.run(["go", "build", "-o", str(binary), "."], cwd=SOURCE, env=env, check=True)
     return binary
 
 
@@ -44,8 +43,9 @@ class GoClient:
         # one core for the client, as kube-scheduler has cores of its own: with the
         # default (all cores) its concurrent garbage collector ran on the server's core
         env = {**os.environ, "GOMAXPROCS": os.environ.get("GOMAXPROCS", "1")}
-        self._proc = subprocess.Popen([str(build()), url], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, env=env)
+        self._proc = subprocess.Popen(
+            [str(build()), url], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+        )
 
     def _ask(self, command: dict[str, Any]) -> dict[str, float]:
         assert self._proc.stdin is not None and self._proc.stdout is not None
@@ -60,8 +60,9 @@ class GoClient:
         """The Node objects Nodes-mode requests carry, by name (once)."""
         self._ask({"nodes": nodes})
 
-    def pair(self, pod: dict[str, Any], names: list[str], mode: str, floor: bool = False
-             ) -> tuple[float, float]:
+    def pair(
+        self, pod: dict[str, Any], names: list[str], mode: str, floor: bool = False
+    ) -> tuple[float, float]:
         """filter with ``names``, then prioritize with the nodes it passed: seconds each;
         ``floor``: the same requests to the floor, its replies handled alike."""
         answer = self._ask({"pod": pod, "names": names, "mode": mode, "floor": floor})

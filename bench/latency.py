@@ -76,15 +76,21 @@ def pod(i: int, memory_mib: int) -> dict[str, Any]:
     }
 
 
-def start_server(tmp: str, sections: bool = False, keep_replies: bool = False
-                 ) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(
+    tmp: str, sections: bool = False, keep_replies: bool = False
+) -> tuple[subprocess.Popen[bytes], str]:
     """bench/serve_with_floor.py on a free port; ``sections``: with its section timers;
     ``keep_replies``: its floor can answer with the last reply of a verb."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "bench/serve_with_floor.py"), str(port), f"{tmp}/bench.db",
-         *(["--sections"] if sections else []),
-         *(["--keep-replies"] if keep_replies else [])],
+        [
+            sys.executable,
+            str(ROOT / "bench/serve_with_floor.py"),
+            str(port),
+            f"{tmp}/bench.db",
+            *(["--sections"] if sections else []),
+            *(["--keep-replies"] if keep_replies else []),
+        ],
         cwd=ROOT,
     )
     url = f"http://127.0.0.1:{port}"
@@ -122,8 +128,13 @@ def send_report(client: httpx.Client, d: SimulatedDriver, name: str, capacity: s
     client.post("/v1/reports", content=msgspec.json.encode(rep)).raise_for_status()
 
 
-def churn(client: httpx.Client, drivers: dict[str, SimulatedDriver], names: list[str],
-          rng: random.Random, share: float = 0.01) -> None:
+def churn(
+    client: httpx.Client,
+    drivers: dict[str, SimulatedDriver],
+    names: list[str],
+    rng: random.Random,
+    share: float = 0.01,
+) -> None:
     """Between two pods, 1% of the nodes report changed usage (untimed)."""
     for name in rng.sample(names, max(1, int(len(names) * share))):
         d = drivers[name]
@@ -165,8 +176,10 @@ class HttpPairs:
 
     def floor(self) -> float:
         first, first_reply, second, second_reply = self._last
-        return (timed(self.client, "/floor", first, first_reply)[0]
-                + timed(self.client, "/floor", second, second_reply)[0])
+        return (
+            timed(self.client, "/floor", first, first_reply)[0]
+            + timed(self.client, "/floor", second, second_reply)[0]
+        )
 
 
 class GoPairs:
@@ -192,8 +205,13 @@ class GoPairs:
 
 
 def measure(
-    client: Any, pairs: HttpPairs | GoPairs, drivers: dict[str, SimulatedDriver],
-    names: list[str], mode: str, shape: str, n: int,
+    client: Any,
+    pairs: HttpPairs | GoPairs,
+    drivers: dict[str, SimulatedDriver],
+    names: list[str],
+    mode: str,
+    shape: str,
+    n: int,
 ) -> dict[str, Any]:
     """kube-scheduler's sequence per pod: filter with the candidates, then prioritize with
     the nodes filter passed; the floor gets the very same two requests. ``client`` posts
@@ -220,8 +238,13 @@ def measure(
 
 
 def _measure(
-    client: Any, pairs: HttpPairs | GoPairs, drivers: dict[str, SimulatedDriver],
-    names: list[str], mode: str, shape: str, n: int,
+    client: Any,
+    pairs: HttpPairs | GoPairs,
+    drivers: dict[str, SimulatedDriver],
+    names: list[str],
+    mode: str,
+    shape: str,
+    n: int,
 ) -> dict[str, Any]:
     ours, floor, times = [], [], []
     rng = random.Random(7)
@@ -277,13 +300,21 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=1000)
     ap.add_argument("--nodes-mode-requests", type=int, default=200)
     ap.add_argument("--out")
-    ap.add_argument("--client", choices=("httpx", "lean", "go"), default="httpx",
-                    help="the timed requests' client: httpx; a minimal socket client "
-                         "(bench/leanclient.py); or kube-scheduler's own client code path, "
-                         "JSON encoding and decoding included (bench/goclient, needs Go)")
-    ap.add_argument("--slowest", type=int, default=0,
-                    help="also list each run's N slowest pairs, with the floor's pair "
-                         "of the same pod (do slow pairs come alone or in noisy spells?)")
+    ap.add_argument(
+        "--client",
+        choices=("httpx", "lean", "go"),
+        default="httpx",
+        help="the timed requests' client: httpx; a minimal socket client "
+        "(bench/leanclient.py); or kube-scheduler's own client code path, "
+        "JSON encoding and decoding included (bench/goclient, needs Go)",
+    )
+    ap.add_argument(
+        "--slowest",
+        type=int,
+        default=0,
+        help="also list each run's N slowest pairs, with the floor's pair "
+        "of the same pod (do slow pairs come alone or in noisy spells?)",
+    )
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     rows = []
@@ -313,8 +344,7 @@ def main() -> None:
                                     mode,
                                     shape,
                                     n,
-                                    measure(reports, pairs, drivers, names[:size], mode,
-                                            shape, n),
+                                    measure(reports, pairs, drivers, names[:size], mode, shape, n),
                                 )
                             )
         finally:
@@ -333,15 +363,19 @@ def main() -> None:
 def slowest(rows: list[tuple[int, str, str, int, dict[str, Any]]], count: int) -> str:
     """Per run, its ``count`` slowest pairs in pod order: pod, filter, prioritize and the
     floor's pair of the same pod, ms."""
-    out = ["| nodes | mode | shape | pod | filter ms | prioritize ms | floor pair ms |",
-           "|---:|---|---|---:|---:|---:|---:|"]
+    out = [
+        "| nodes | mode | shape | pod | filter ms | prioritize ms | floor pair ms |",
+        "|---:|---|---|---:|---:|---:|---:|",
+    ]
     for size, mode, shape, _, m in rows:
         pairs = m["pairs"]
         worst = sorted(sorted(range(len(pairs)), key=lambda i: -sum(pairs[i][:2]))[:count])
         for i in worst:
             f, p, fl = pairs[i]
-            out.append(f"| {size} | {mode} | {shape} | {i} | {f * 1e3:.2f} | {p * 1e3:.2f} | "
-                       f"{fl * 1e3:.2f} |")
+            out.append(
+                f"| {size} | {mode} | {shape} | {i} | {f * 1e3:.2f} | {p * 1e3:.2f} | "
+                f"{fl * 1e3:.2f} |"
+            )
     return "\n".join(out)
 
 

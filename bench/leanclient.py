@@ -34,8 +34,9 @@ class LeanClient:
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._pending = b""
 
-    def post(self, path: str, content: bytes, headers: dict[str, str] | None = None
-             ) -> LeanResponse:
+    def post(
+        self, path: str, content: bytes, headers: dict[str, str] | None = None
+    ) -> LeanResponse:
         lines = [f"POST {path} HTTP/1.1", "Host: bench", f"Content-Length: {len(content)}"]
         lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
         self._sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + content)

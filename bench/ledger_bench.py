@@ -68,11 +68,34 @@ def _bulk_rows(start: int, count: int, rng: random.Random) -> list[tuple[object,
     for i in range(start, start + count):
         mib = rng.choice((10_240, 20_480, 40_960, GPU_MIB))
         decided = T0 + rng.uniform(0, 30 * 86400)
-        rows.append((f"uid-{i}", f"ns-{i % 40}", f"pod-{i}", "Job", f"job-{i % 1000}",
-                     f'{{"team":"t{i % 7}"}}', f"node-{i % 500}", "p5.48xlarge",
-                     "spot" if i % 3 else "on-demand", "us-east-1a", "gpu", f"GPU-{i % 8}",
-                     i % 8, "H100", mib, GPU_MIB, "shared", "", "", "",
-                     str(Decimal("4.00") * mib / GPU_MIB), "cheapest", "ended", decided))
+        rows.append(
+            (
+                f"uid-{i}",
+                f"ns-{i % 40}",
+                f"pod-{i}",
+                "Job",
+                f"job-{i % 1000}",
+                f'{{"team":"t{i % 7}"}}',
+                f"node-{i % 500}",
+                "p5.48xlarge",
+                "spot" if i % 3 else "on-demand",
+                "us-east-1a",
+                "gpu",
+                f"GPU-{i % 8}",
+                i % 8,
+                "H100",
+                mib,
+                GPU_MIB,
+                "shared",
+                "",
+                "",
+                "",
+                str(Decimal("4.00") * mib / GPU_MIB),
+                "cheapest",
+                "ended",
+                decided,
+            )
+        )
     return rows
 
 
@@ -89,9 +112,12 @@ def chargeback_timing(path: str, n: int) -> tuple[float, float, int]:
     with ledger.dialect.write() as conn:  # give the rows an end, as released pods have
         conn.execute("UPDATE allocations SET ended_at = decided_at + 3600 * (1 + id % 12)")
     for k in range(500):
-        ledger.record_node(NodeRef(f"node-{k}", "p5.48xlarge", "spot" if k % 3 else "on-demand"),
-                           [(f"GPU-{g}", "H100", GPU_MIB) for g in range(8)], Decimal("4.00"),
-                           T0)
+        ledger.record_node(
+            NodeRef(f"node-{k}", "p5.48xlarge", "spot" if k % 3 else "on-demand"),
+            [(f"GPU-{g}", "H100", GPU_MIB) for g in range(8)],
+            Decimal("4.00"),
+            T0,
+        )
     t = time.perf_counter()
     report = chargeback_report(ledger, T0, T0 + 31 * 86400, "namespace", T0 + 31 * 86400)
     compute_s = time.perf_counter() - t
@@ -124,10 +150,18 @@ def main() -> None:
                 rate = binds_per_second(target(threads), args.binds, threads)
                 results.append((f"binds/s {name}, {threads} thread(s)", f"{rate:,.0f}"))
         insert_s, compute_s, counted = chargeback_timing(os.path.join(tmp, "big.db"), args.rows)
-        results.append((f"bulk insert {args.rows:,} rows (SQLite)",
-                        f"{insert_s:.1f} s ({args.rows / insert_s:,.0f} rows/s)"))
-        results.append((f"chargeback query+compute, {counted:,} rows (SQLite)",
-                        f"{compute_s:.1f} s ({counted / compute_s:,.0f} rows/s)"))
+        results.append(
+            (
+                f"bulk insert {args.rows:,} rows (SQLite)",
+                f"{insert_s:.1f} s ({args.rows / insert_s:,.0f} rows/s)",
+            )
+        )
+        results.append(
+            (
+                f"chargeback query+compute, {counted:,} rows (SQLite)",
+                f"{compute_s:.1f} s ({counted / compute_s:,.0f} rows/s)",
+            )
+        )
     finally:
         if server:
             server.stop()

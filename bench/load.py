@@ -62,24 +62,47 @@ def report_body(node: int, variant: int) -> bytes:
     gpus = []
     for g in range(4):
         used = rng.randrange(256, 6144)
-        gpus.append({
-            "uuid": f"GPU-{node:05d}-{g}", "index": g, "model": "NVIDIA A10G",
-            "memory_total_mib": GPU_MIB, "memory_used_mib": used, "utilization_gpu": 30.0,
-            "processes": [{"pid": 1000 + g, "used_mib": used // 2,
-                           "pod_uid": f"pod-{node}-{g}", "container_id": "c"}],
-        })
-    return msgspec.json.encode({
-        "node": f"node-{node:05d}", "sampled_at": time.time(), "gpus": gpus,
-        "driver": "simulated", "agent_version": "bench",
-        "labels": {"node.kubernetes.io/instance-type": "g5.12xlarge",
-                   "karpenter.sh/capacity-type": "spot" if node % 3 else "on-demand"},
-    })
+        gpus.append(
+            {
+                "uuid": f"GPU-{node:05d}-{g}",
+                "index": g,
+                "model": "NVIDIA A10G",
+                "memory_total_mib": GPU_MIB,
+                "memory_used_mib": used,
+                "utilization_gpu": 30.0,
+                "processes": [
+                    {
+                        "pid": 1000 + g,
+                        "used_mib": used // 2,
+                        "pod_uid": f"pod-{node}-{g}",
+                        "container_id": "c",
+                    }
+                ],
+            }
+        )
+    return msgspec.json.encode(
+        {
+            "node": f"node-{node:05d}",
+            "sampled_at": time.time(),
+            "gpus": gpus,
+            "driver": "simulated",
+            "agent_version": "bench",
+            "labels": {
+                "node.kubernetes.io/instance-type": "g5.12xlarge",
+                "karpenter.sh/capacity-type": "spot" if node % 3 else "on-demand",
+            },
+        }
+    )
 
 
 def pod_body(uid: str, ask_mib: int) -> dict[str, Any]:
     return {
-        "metadata": {"name": uid, "namespace": "bench", "uid": uid,
-                     "annotations": {"headroom.dev/gpu-memory": f"{ask_mib}Mi"}},
+        "metadata": {
+            "name": uid,
+            "namespace": "bench",
+            "uid": uid,
+            "annotations": {"headroom.dev/gpu-memory": f"{ask_mib}Mi"},
+        },
         "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
     }
 
@@ -119,14 +142,21 @@ class Tally:
 
     def flush(self) -> None:
         with self.lock:
-            item = {"kind": self.kind, "t": time.time(), "ok": self.ok, "errors": self.errors,
-                    "lat": dict(self.lat), "messages": self.messages}
+            item = {
+                "kind": self.kind,
+                "t": time.time(),
+                "ok": self.ok,
+                "errors": self.errors,
+                "lat": dict(self.lat),
+                "messages": self.messages,
+            }
             self._reset()
         self.out.put(item)
 
 
-def run_reports(url: str, nodes: int, interval: float, workers: int, start: float,
-                end: float, out: Any) -> None:
+def run_reports(
+    url: str, nodes: int, interval: float, workers: int, start: float, end: float, out: Any
+) -> None:
     """Each worker owns nodes i ≡ w (mod workers), walking them in due-time order."""
     tally = Tally("reports", out)
     stop = threading.Event()
@@ -165,8 +195,9 @@ def run_reports(url: str, nodes: int, interval: float, workers: int, start: floa
     flusher.join()
 
 
-def run_scheduling(url: str, nodes: int, names: int, live_pods: int, loops: int,
-                   end: float, out: Any) -> None:
+def run_scheduling(
+    url: str, nodes: int, names: int, live_pods: int, loops: int, end: float, out: Any
+) -> None:
     tally = Tally("scheduling", out)
     stop = threading.Event()
     all_names = [f"node-{n:05d}" for n in range(nodes)]
@@ -205,15 +236,17 @@ def run_scheduling(url: str, nodes: int, names: int, live_pods: int, loops: int,
     flusher.join()
 
 
-def cycle(client: Any, rng: random.Random, uid: str,
-          names: list[str]) -> tuple[bool, str, dict[str, float]]:
+def cycle(
+    client: Any, rng: random.Random, uid: str, names: list[str]
+) -> tuple[bool, str, dict[str, float]]:
     """One pod through filter -> prioritize -> bind, as kube-scheduler drives it."""
     pod = pod_body(uid, rng.choice(ASKS_MIB))
     lat: dict[str, float] = {}
     try:
         t0 = time.perf_counter()
-        r = client.post("/filter", content=msgspec.json.encode(
-            {"Pod": pod, "NodeNames": names}), headers=JSON)
+        r = client.post(
+            "/filter", content=msgspec.json.encode({"Pod": pod, "NodeNames": names}), headers=JSON
+        )
         lat["filter"] = time.perf_counter() - t0
         if r.status_code != 200 or r.json().get("Error"):
             return False, f"filter {r.status_code}: {r.text[:200]}", lat
@@ -221,16 +254,23 @@ def cycle(client: Any, rng: random.Random, uid: str,
         if not passing:
             return False, f"filter: no node passes: {r.text[:200]}", lat
         t1 = time.perf_counter()
-        r = client.post("/prioritize", content=msgspec.json.encode(
-            {"Pod": pod, "NodeNames": passing}), headers=JSON)
+        r = client.post(
+            "/prioritize",
+            content=msgspec.json.encode({"Pod": pod, "NodeNames": passing}),
+            headers=JSON,
+        )
         lat["prioritize"] = time.perf_counter() - t1
         if r.status_code != 200:
             return False, f"prioritize {r.status_code}: {r.text[:200]}", lat
         best = max(r.json(), key=lambda h: h["Score"])["Host"]
         t2 = time.perf_counter()
-        r = client.post("/bind", content=msgspec.json.encode(
-            {"PodName": uid, "PodNamespace": "bench", "PodUID": uid, "Node": best}),
-            headers=JSON)
+        r = client.post(
+            "/bind",
+            content=msgspec.json.encode(
+                {"PodName": uid, "PodNamespace": "bench", "PodUID": uid, "Node": best}
+            ),
+            headers=JSON,
+        )
         lat["bind"] = time.perf_counter() - t2
         lat["cycle"] = time.perf_counter() - t0
         if r.status_code != 200 or r.json().get("Error"):
@@ -246,11 +286,25 @@ def cycle(client: Any, rng: random.Random, uid: str,
 def start_server(tmp: Path, stale_after: float) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     (tmp / "token").write_text(TOKEN)
-    cmd = [sys.executable, "-m", "extender.cli", "serve", "--port", str(port),
-           "--db", str(tmp / "ledger.db"), "--agent-token-file", str(tmp / "token"),
-           "--stale-after", str(stale_after), "--log-level", "warning"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=open(tmp / "serve.log", "wb"))  # noqa: SIM115
+    cmd = [
+        sys.executable,
+        "-m",
+        "extender.cli",
+        "serve",
+        "--port",
+        str(port),
+        "--db",
+        str(tmp / "ledger.db"),
+        "--agent-token-file",
+        str(tmp / "token"),
+        "--stale-after",
+        str(stale_after),
+        "--log-level",
+        "warning",
+    ]
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=open(tmp / "serve.log", "wb")
+    )  # noqa: SIM115
     url = f"http://127.0.0.1:{port}"
     with make_client(url) as c:
         for _ in range(300):
@@ -277,6 +331,7 @@ def cpu_s(pid: int) -> float:
 
 def warm_up(url: str, nodes: int) -> None:
     """Every node reports once before the clock starts, so the first filters see them."""
+
     def part(k: int) -> None:
         with make_client(url, TOKEN) as c:
             for n in range(k, nodes, 8):
@@ -330,10 +385,14 @@ def run(args: argparse.Namespace, proc: subprocess.Popen[bytes], url: str) -> in
     start = time.time() + 5.0  # spawned children import the project first
     end = start + args.duration
     children = [
-        ctx.Process(target=run_reports, args=(url, args.nodes, args.interval,
-                                              args.report_workers, start, end, queue)),
-        ctx.Process(target=run_scheduling, args=(url, args.nodes, args.names, args.live_pods,
-                                                 args.schedulers, end, queue)),
+        ctx.Process(
+            target=run_reports,
+            args=(url, args.nodes, args.interval, args.report_workers, start, end, queue),
+        ),
+        ctx.Process(
+            target=run_scheduling,
+            args=(url, args.nodes, args.names, args.live_pods, args.schedulers, end, queue),
+        ),
     ]
     for c in children:
         c.start()
@@ -354,44 +413,61 @@ def run(args: argparse.Namespace, proc: subprocess.Popen[bytes], url: str) -> in
         now = time.time()
         if item is not None:
             item["rel"] = item["t"] - start
-            per_second.append({k: item[k] for k in ("kind", "rel", "ok", "errors")}
-                              | {"lat": item["lat"]})  # rel: end of that 1-s flush
+            per_second.append(
+                {k: item[k] for k in ("kind", "rel", "ok", "errors")} | {"lat": item["lat"]}
+            )  # rel: end of that 1-s flush
             totals[item["kind"]][0] += item["ok"]
             totals[item["kind"]][1] += item["errors"]
             errors.extend(item["messages"][: max(0, 20 - len(errors))])
             for k, v in item["lat"].items():
                 lat_all[k].extend(v)
         if now >= next_sample and proc.poll() is None:
-            samples.append({"t": now - start, "rss_mib": rss_mib(proc.pid),
-                            "cpu_s": cpu_s(proc.pid) - cpu0})
+            samples.append(
+                {"t": now - start, "rss_mib": rss_mib(proc.pid), "cpu_s": cpu_s(proc.pid) - cpu0}
+            )
             next_sample += 10
         elapsed = int(min(max(now - start, 0), args.duration))
         if elapsed > shown:
             bar.update(elapsed - shown)
             shown = elapsed
-            bar.set_postfix(reports=totals["reports"][0], pods=totals["scheduling"][0],
-                            errors=totals["reports"][1] + totals["scheduling"][1],
-                            rss=f"{samples[-1]['rss_mib']:.0f}MiB")
+            bar.set_postfix(
+                reports=totals["reports"][0],
+                pods=totals["scheduling"][0],
+                errors=totals["reports"][1] + totals["scheduling"][1],
+                rss=f"{samples[-1]['rss_mib']:.0f}MiB",
+            )
     bar.close()
     for c in children:
         c.join()
     if proc.poll() is None:
-        samples.append({"t": time.time() - start, "rss_mib": rss_mib(proc.pid),
-                        "cpu_s": cpu_s(proc.pid) - cpu0})
+        samples.append(
+            {
+                "t": time.time() - start,
+                "rss_mib": rss_mib(proc.pid),
+                "cpu_s": cpu_s(proc.pid) - cpu0,
+            }
+        )
     summary = summarize(args, totals, lat_all, samples, errors)
     print(json.dumps(summary, indent=2))
     if args.json:
-        Path(args.json).write_text(json.dumps(
-            {"summary": summary, "rss": samples,
-             "windows": windows(per_second, args.duration)}, indent=1))
+        Path(args.json).write_text(
+            json.dumps(
+                {"summary": summary, "rss": samples, "windows": windows(per_second, args.duration)},
+                indent=1,
+            )
+        )
     if args.plot:
         plot(args.plot, windows(per_second, args.duration), samples, summary)
     return 0 if summary["errors"] == 0 else 1
 
 
-def summarize(args: argparse.Namespace, totals: dict[str, list[int]],
-              lat: dict[str, list[float]], samples: list[dict[str, float]],
-              errors: list[str]) -> dict[str, Any]:
+def summarize(
+    args: argparse.Namespace,
+    totals: dict[str, list[int]],
+    lat: dict[str, list[float]],
+    samples: list[dict[str, float]],
+    errors: list[str],
+) -> dict[str, Any]:
     d = args.duration
     reports_ok, pods_ok = totals["reports"][0], totals["scheduling"][0]
     report_rate = reports_ok / d
@@ -399,26 +475,40 @@ def summarize(args: argparse.Namespace, totals: dict[str, list[int]],
     later = [s for s in samples if s["t"] >= 60] or samples
     return {
         "command": " ".join([".venv/bin/python", "bench/load.py", *sys.argv[1:]]),
-        "nodes": args.nodes, "target_interval_s": args.interval, "duration_s": d,
+        "nodes": args.nodes,
+        "target_interval_s": args.interval,
+        "duration_s": d,
         "target_reports_per_s": args.nodes / args.interval,
-        "reports_accepted": reports_ok, "reports_per_s": round(report_rate, 1),
+        "reports_accepted": reports_ok,
+        "reports_per_s": round(report_rate, 1),
         "interval_needed_for_nodes_s": round(args.nodes / report_rate, 2) if report_rate else None,
-        "pods_scheduled": pods_ok, "scheduling_cycles_per_s": round(pods_ok / d, 2),
-        "latency_ms": {k: {"p50": round(pct(v, 0.5) * 1e3, 2), "p99": round(pct(v, 0.99) * 1e3, 2),
-                           "mean": round(statistics.fmean(v) * 1e3, 2), "n": len(v)}
-                       for k, v in sorted(lat.items()) if v},
+        "pods_scheduled": pods_ok,
+        "scheduling_cycles_per_s": round(pods_ok / d, 2),
+        "latency_ms": {
+            k: {
+                "p50": round(pct(v, 0.5) * 1e3, 2),
+                "p99": round(pct(v, 0.99) * 1e3, 2),
+                "mean": round(statistics.fmean(v) * 1e3, 2),
+                "n": len(v),
+            }
+            for k, v in sorted(lat.items())
+            if v
+        },
         "errors": totals["reports"][1] + totals["scheduling"][1],
         "error_samples": errors,
-        "rss_mib": {"start": round(samples[0]["rss_mib"], 1),
-                    "at_60s": round(later[0]["rss_mib"], 1),
-                    "end": round(samples[-1]["rss_mib"], 1),
-                    "max": round(max(s["rss_mib"] for s in samples), 1)},
+        "rss_mib": {
+            "start": round(samples[0]["rss_mib"], 1),
+            "at_60s": round(later[0]["rss_mib"], 1),
+            "end": round(samples[-1]["rss_mib"], 1),
+            "max": round(max(s["rss_mib"] for s in samples), 1),
+        },
         "extender_cpu_percent": round(100 * samples[-1]["cpu_s"] / max(samples[-1]["t"], 1), 1),
     }
 
 
-def windows(per_second: list[dict[str, Any]], duration: float,
-            width: float = 10.0) -> list[dict[str, Any]]:
+def windows(
+    per_second: list[dict[str, Any]], duration: float, width: float = 10.0
+) -> list[dict[str, Any]]:
     """10-second windows inside the run: reports/s, cycles/s, cycle p50/p99 (ms)."""
     buckets: dict[int, dict[str, Any]] = {}
     for item in per_second:
@@ -433,15 +523,21 @@ def windows(per_second: list[dict[str, Any]], duration: float,
     out = []
     for k in sorted(buckets):
         b = buckets[k]
-        out.append({"t": (k + 1) * width, "reports_per_s": b["reports"] / width,
-                    "cycles_per_s": b["pods"] / width,
-                    "cycle_p50_ms": pct(b["cycle"], 0.5) * 1e3,
-                    "cycle_p99_ms": pct(b["cycle"], 0.99) * 1e3})
+        out.append(
+            {
+                "t": (k + 1) * width,
+                "reports_per_s": b["reports"] / width,
+                "cycles_per_s": b["pods"] / width,
+                "cycle_p50_ms": pct(b["cycle"], 0.5) * 1e3,
+                "cycle_p99_ms": pct(b["cycle"], 0.99) * 1e3,
+            }
+        )
     return out
 
 
-def plot(path: str, wins: list[dict[str, Any]], samples: list[dict[str, float]],
-         summary: dict[str, Any]) -> None:
+def plot(
+    path: str, wins: list[dict[str, Any]], samples: list[dict[str, float]], summary: dict[str, Any]
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -453,8 +549,10 @@ def plot(path: str, wins: list[dict[str, Any]], samples: list[dict[str, float]],
     ax1.plot(t, [w["cycle_p99_ms"] for w in wins], label="p99")
     ax1.set_ylabel("filter+prioritize+bind (ms)")
     ax1.legend()
-    ax1.set_title(f"headroom serve under load: {summary['nodes']} nodes, "
-                  f"target report interval {summary['target_interval_s']} s")
+    ax1.set_title(
+        f"headroom serve under load: {summary['nodes']} nodes, "
+        f"target report interval {summary['target_interval_s']} s"
+    )
     ax2.plot(t, [w["reports_per_s"] for w in wins], label="reports/s accepted")
     ax2.plot(t, [w["cycles_per_s"] * 100 for w in wins], label="pods scheduled/s x100")
     ax2.set_ylabel("rate")

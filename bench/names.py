@@ -31,10 +31,12 @@ from extender.protocol import NodeName
 
 SCHEMES: dict[str, Callable[[int], str]] = {
     "simulated (node-00042)": lambda i: f"node-{i:05d}",
-    "EKS (ip-10-0-12-34.ec2.internal)":
-        lambda i: f"ip-10-{i // 250}-{i % 250}-{i % 7}.ec2.internal",
-    "EKS regional (…us-west-2.compute.internal)":
-        lambda i: f"ip-192-168-{i // 250}-{i % 250}.us-west-2.compute.internal",
+    "EKS (ip-10-0-12-34.ec2.internal)": lambda i: (
+        f"ip-10-{i // 250}-{i % 250}-{i % 7}.ec2.internal"
+    ),
+    "EKS regional (…us-west-2.compute.internal)": lambda i: (
+        f"ip-192-168-{i // 250}-{i % 250}.us-west-2.compute.internal"
+    ),
 }
 FLUSH = np.zeros(8 << 20, np.uint8)  # larger than this machine's L2, a share of its L3
 
@@ -76,9 +78,11 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=5000)
     ap.add_argument("--reads", type=int, default=300)
     args = ap.parse_args()
-    print("| names | body KiB | warm: decode+dict µs | warm: read µs | ratio "
-          "| warm: fingerprint µs | flushed: decode+dict µs | flushed: read µs | ratio "
-          "| flushed: fingerprint µs |")
+    print(
+        "| names | body KiB | warm: decode+dict µs | warm: read µs | ratio "
+        "| warm: fingerprint µs | flushed: decode+dict µs | flushed: read µs | ratio "
+        "| flushed: fingerprint µs |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for scheme in SCHEMES:
         print("| " + " | ".join(row(scheme, args.nodes, args.reads)) + " |", flush=True)

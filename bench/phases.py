@@ -66,16 +66,19 @@ class Cluster:
         self.drivers: dict[str, SimulatedDriver] = {}
         for i in random.Random(11).sample(range(nodes), nodes):  # rows not in list order
             name = self.names[i]
-            d = self.drivers[name] = SimulatedDriver("4xA10G:24Gi", seed=i, node=name,
-                                                     clock=self.clock)
+            d = self.drivers[name] = SimulatedDriver(
+                "4xA10G:24Gi", seed=i, node=name, clock=self.clock
+            )
             for j, uuid in enumerate(d.gpu_uuids[: i % 4]):
                 d.start_process(f"pod-{i}-{j}", uuid, 2048 * (1 + (i + j) % 8))
             self.send(name)
 
     def send(self, name: str) -> None:
         d = self.drivers[name]
-        labels = {**LABELS, "karpenter.sh/capacity-type": "spot" if int(name[-5:]) % 2 else
-                  "on-demand"}
+        labels = {
+            **LABELS,
+            "karpenter.sh/capacity-type": "spot" if int(name[-5:]) % 2 else "on-demand",
+        }
         report = build_report(d, name, d.attribute, self.clock, labels=labels)
         self.service.report(msgspec.json.decode(msgspec.json.encode(report), type=NodeReport))
 
@@ -89,22 +92,25 @@ class Cluster:
 
 def run(shape: str, nodes: int, pods: int) -> tuple[list[float], list[float], Times]:
     with tempfile.TemporaryDirectory() as tmp:
-        built = build(Settings(db=f"{tmp}/phases.db", allow_unauthenticated_reports=True,
-                               stale_after=3600))
+        built = build(
+            Settings(db=f"{tmp}/phases.db", allow_unauthenticated_reports=True, stale_after=3600)
+        )
         service = built.service
         cluster = Cluster(service, nodes)
         tune_runtime()
         decoder = ArgsDecoder(nodes=service.node_objects, index=service.names)
         times: Times = defaultdict(list)
-        for owner, name, label in [(decoder, "decode", "decode body"),
-                                   (service, "_remember", "read demand"),
-                                   (service, "_plan", "plan"),
-                                   (extender.plans, "_patch", "patch"),
-                                   (extender.plans, "_subset", "take from parent"),
-                                   (service, "_evaluate_names", "evaluate"),
-                                   (service, "_filter_outcome", "filter answer"),
-                                   (service, "_reordered_filter", "reordered filter"),
-                                   (service, "_reordered_priorities", "reordered scores")]:
+        for owner, name, label in [
+            (decoder, "decode", "decode body"),
+            (service, "_remember", "read demand"),
+            (service, "_plan", "plan"),
+            (extender.plans, "_patch", "patch"),
+            (extender.plans, "_subset", "take from parent"),
+            (service, "_evaluate_names", "evaluate"),
+            (service, "_filter_outcome", "filter answer"),
+            (service, "_reordered_filter", "reordered filter"),
+            (service, "_reordered_priorities", "reordered scores"),
+        ]:
             timed(owner, name, label, times)
         rng = random.Random(7)
         filters, prioritizes = [], []
@@ -113,8 +119,15 @@ def run(shape: str, nodes: int, pods: int) -> tuple[list[float], list[float], Ti
             """As Go writes ExtenderArgs; ``names`` as a list, or as JSON already."""
             memory = 1024 + i if shape == "cold" else 4096
             listed = names if isinstance(names, bytes) else msgspec.json.encode(names)
-            return b"".join((b'{"Pod":', msgspec.json.encode(pod(i, memory)),
-                             b',"Nodes":null,"NodeNames":', listed, b"}"))
+            return b"".join(
+                (
+                    b'{"Pod":',
+                    msgspec.json.encode(pod(i, memory)),
+                    b',"Nodes":null,"NodeNames":',
+                    listed,
+                    b"}",
+                )
+            )
 
         for i in range(pods + 1):
             if shape == "churn":
@@ -153,11 +166,17 @@ def main() -> None:
     print("|---|---:|---:|---|---:|---:|")
     for shape in args.shapes.split(","):
         filters, prioritizes, times = run(shape, args.nodes, args.pods)
-        head = [shape, f"{statistics.median(filters) * 1e6:.0f}",
-                f"{statistics.median(prioritizes) * 1e6:.0f}"]
+        head = [
+            shape,
+            f"{statistics.median(filters) * 1e6:.0f}",
+            f"{statistics.median(prioritizes) * 1e6:.0f}",
+        ]
         for label, spent in times.items():
-            print(f"| {' | '.join(head)} | {label} | {len(spent) / args.pods:.1f} | "
-                  f"{sum(spent) / args.pods * 1e6:.0f} |", flush=True)
+            print(
+                f"| {' | '.join(head)} | {label} | {len(spent) / args.pods:.1f} | "
+                f"{sum(spent) / args.pods * 1e6:.0f} |",
+                flush=True,
+            )
             head = ["", "", ""]
 
 

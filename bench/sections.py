@@ -40,12 +40,14 @@ def main() -> None:
                 print("|---|---|---|---:|---:|---:|")
                 for shape in args.shapes.split(","):
                     client.get("/sections")  # what the reports left: cleared
-                    measure(client, HttpPairs(client), drivers, names, "NodeNames", shape,
-                            args.pods)
+                    measure(
+                        client, HttpPairs(client), drivers, names, "NodeNames", shape, args.pods
+                    )
                     for key, (calls, p50, p99) in client.get("/sections").json().items():
                         route, section = key.split(" ", 1)
-                        print(f"| {shape} | {route} | {section} | {calls} | {p50:.0f} | "
-                              f"{p99:.0f} |")
+                        print(
+                            f"| {shape} | {route} | {section} | {calls} | {p50:.0f} | {p99:.0f} |"
+                        )
         finally:
             proc.terminate()
             proc.wait()

@@ -39,30 +39,55 @@ from extender.service import SchedulingService
 from extender.settings import Settings
 
 SECTIONS: list[tuple[Any, str]] = [
-    (ArgsDecoder, "decode"), (ArgsDecoder, "pod"), (ArgsDecoder, "names"),
-    (NameIndex, "read_ids"), (NameIndex, "fingerprint"), (NameIndex, "_scratch"),
+    (ArgsDecoder, "decode"),
+    (ArgsDecoder, "pod"),
+    (ArgsDecoder, "names"),
+    (NameIndex, "read_ids"),
+    (NameIndex, "fingerprint"),
+    (NameIndex, "_scratch"),
     (ArgsDecoder, "expect"),
-    (SchedulingService, "filter"), (SchedulingService, "prioritize"),
-    (SchedulingService, "_remember"), (SchedulingService, "_plan"),
-    (SchedulingService, "_reordered_filter"), (SchedulingService, "_reordered_priorities"),
-    (SchedulingService, "_reorder_source"), (Plans, "kept"), (Plans, "parent"),
-    (NameList, "json"), (extender.server, "encode_filter_result"),
+    (SchedulingService, "filter"),
+    (SchedulingService, "prioritize"),
+    (SchedulingService, "_remember"),
+    (SchedulingService, "_plan"),
+    (SchedulingService, "_reordered_filter"),
+    (SchedulingService, "_reordered_priorities"),
+    (SchedulingService, "_reorder_source"),
+    (Plans, "kept"),
+    (Plans, "parent"),
+    (NameList, "json"),
+    (extender.server, "encode_filter_result"),
     # a plan brought up to date after a round of reports (churn), and the filter's answer
-    (extender.plans, "_patch"), (extender.plans, "_merge"), (extender.plans, "_subset"),
-    (SchedulingService, "_changed"), (SchedulingService, "_evaluate_names"),
-    (NodeColumns, "read"), (extender.service, "evaluate_rows"),
-    (extender.scoring.fragmentation, "_greedy_one"), (SchedulingService, "_filter_outcome"),
-    (extender.service, "narrowed"), (extender.service, "priority_array"),
-    (extender.service, "demand_of"), (extender.service, "pod_ref"),
+    (extender.plans, "_patch"),
+    (extender.plans, "_merge"),
+    (extender.plans, "_subset"),
+    (SchedulingService, "_changed"),
+    (SchedulingService, "_evaluate_names"),
+    (NodeColumns, "read"),
+    (extender.service, "evaluate_rows"),
+    (extender.scoring.fragmentation, "_greedy_one"),
+    (SchedulingService, "_filter_outcome"),
+    (extender.service, "narrowed"),
+    (extender.service, "priority_array"),
+    (extender.service, "demand_of"),
+    (extender.service, "pod_ref"),
     # a pod of a new shape: a plan evaluated afresh, its answers made once
-    (Plans, "_evaluated"), (SchedulingService, "_evaluated_outcome"),
-    (extender.service, "passing_list"), (SchedulingService, "_passing_reply"),
-    (extender.service, "scores_json"), (extender.service, "same_ids"),
+    (Plans, "_evaluated"),
+    (SchedulingService, "_evaluated_outcome"),
+    (extender.service, "passing_list"),
+    (SchedulingService, "_passing_reply"),
+    (extender.service, "scores_json"),
+    (extender.service, "same_ids"),
     # after an agent report: its handling, and the plans brought up to date after it
-    (SchedulingService, "report"), (SchedulingService, "refresh"),
+    (SchedulingService, "report"),
+    (SchedulingService, "refresh"),
 ]
-ROUTES = {"/filter": "filter", "/prioritize": "prioritize", "/floor": "floor",
-          "/v1/reports": "report"}
+ROUTES = {
+    "/filter": "filter",
+    "/prioritize": "prioritize",
+    "/floor": "floor",
+    "/v1/reports": "report",
+}
 
 
 class Sections:
@@ -81,6 +106,7 @@ class Sections:
                 return inner(*args, **kwargs)
             finally:
                 self.times[f"{self.route} {name}"].append(time.perf_counter() - t)
+
         return timed
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
@@ -100,8 +126,11 @@ class Sections:
         for key, spent in sorted(self.times.items()):
             if not key.startswith("other"):
                 ranked = sorted(spent)
-                out[key] = (len(spent), statistics.median(spent) * 1e6,
-                            ranked[int(0.99 * (len(spent) - 1))] * 1e6)
+                out[key] = (
+                    len(spent),
+                    statistics.median(spent) * 1e6,
+                    ranked[int(0.99 * (len(spent) - 1))] * 1e6,
+                )
         self.times.clear()
         return out
 

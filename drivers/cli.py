@@ -77,8 +77,11 @@ def add_agent_command(
         metavar="P",
         help="port for /metrics and /healthz; 0 disables (default %(default)s)",
     )
-    p.add_argument("--metrics-tls-cert-file", metavar="F",
-                   help="serve /metrics over TLS with this certificate (reloaded on change)")
+    p.add_argument(
+        "--metrics-tls-cert-file",
+        metavar="F",
+        help="serve /metrics over TLS with this certificate (reloaded on change)",
+    )
     p.add_argument("--metrics-tls-key-file", metavar="F", help="key for --metrics-tls-cert-file")
     p.add_argument("--seed", type=int, default=0, help="seed of the simulated driver")
     p.add_argument(
@@ -120,8 +123,10 @@ def run_agent_command(args: argparse.Namespace) -> int:
         print("headroom agent: --extender URL is required (or use --once)", file=sys.stderr)
         return 2
     if bool(args.metrics_tls_cert_file) != bool(args.metrics_tls_key_file):
-        print("headroom agent: --metrics-tls-cert-file and --metrics-tls-key-file go together",
-              file=sys.stderr)
+        print(
+            "headroom agent: --metrics-tls-cert-file and --metrics-tls-key-file go together",
+            file=sys.stderr,
+        )
         return 2
     try:
         driver, attribute = make_driver(args)
@@ -166,8 +171,7 @@ def _loop(driver: GpuDriver, attribute: Attributor, args: argparse.Namespace) ->
         tls = None
         if args.metrics_tls_cert_file:
             tls = CertReloader(args.metrics_tls_cert_file, args.metrics_tls_key_file)
-        server = MetricsServer(metrics.registry, agent.healthy, args.metrics_port,
-                               tls=tls).start()
+        server = MetricsServer(metrics.registry, agent.healthy, args.metrics_port, tls=tls).start()
     stop = threading.Event()
     _stop_on_signals(stop)
     log.info(

@@ -79,8 +79,7 @@ def expand(base_url: str, resolve: Resolver) -> list[tuple[str, str | None]]:
     out: list[tuple[str, str | None]] = []
     for addr in addresses:
         netloc = addr + (f":{parts.port}" if parts.port else "")
-        out.append((urlunsplit((parts.scheme, netloc, parts.path, parts.query, "")),
-                    netloc_host))
+        out.append((urlunsplit((parts.scheme, netloc, parts.path, parts.query, "")), netloc_host))
     return out
 
 
@@ -132,8 +131,7 @@ class ReportSender:
         self.backoff_max_s = backoff_max_s
         self._client = client or httpx.Client(
             headers={"Content-Type": "application/json", "User-Agent": "headroom-agent"},
-            limits=httpx.Limits(max_connections=MAX_TARGETS,
-                                max_keepalive_connections=MAX_TARGETS),
+            limits=httpx.Limits(max_connections=MAX_TARGETS, max_keepalive_connections=MAX_TARGETS),
         )
         self._sleep = sleep
         self._pool: ThreadPoolExecutor | None = None
@@ -160,8 +158,9 @@ class ReportSender:
             return self._send_to(targets[0], report, body, budget_s)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(MAX_TARGETS, thread_name_prefix="report-send")
-        futures = [self._pool.submit(self._send_to, t, report, body, budget_s, False)
-                   for t in targets]
+        futures = [
+            self._pool.submit(self._send_to, t, report, body, budget_s, False) for t in targets
+        ]
         replies = [f.result() for f in futures]
         delivered = [r for r in replies if r is not None]
         if not delivered:
@@ -170,8 +169,14 @@ class ReportSender:
         self.metrics.reports_sent.inc()
         return delivered[0]
 
-    def _send_to(self, target: tuple[str, str | None], report: NodeReport, body: bytes,
-                 budget_s: float, count: bool = True) -> ReportResponse | None:
+    def _send_to(
+        self,
+        target: tuple[str, str | None],
+        report: NodeReport,
+        body: bytes,
+        budget_s: float,
+        count: bool = True,
+    ) -> ReportResponse | None:
         url, host = target
         deadline = time.monotonic() + max(budget_s, 0.0)
         retrying = Retrying(
@@ -189,8 +194,14 @@ class ReportSender:
                 self.metrics.reports_dropped.inc()
             log.warning(
                 "report dropped",
-                extra={"fields": {"reason": e.reason, "error": str(e), "node": report.node,
-                                  "target": url}},
+                extra={
+                    "fields": {
+                        "reason": e.reason,
+                        "error": str(e),
+                        "node": report.node,
+                        "target": url,
+                    }
+                },
             )
             return None
         if count:
@@ -203,16 +214,18 @@ class ReportSender:
         base = self.backoff_initial_s * 2 ** (state.attempt_number - 1)
         return min(self.backoff_max_s, base + random.uniform(0, self.backoff_initial_s))
 
-    def _attempt(self, body: bytes, deadline: float, url: str | None = None,
-                 host: str | None = None) -> ReportResponse:
+    def _attempt(
+        self, body: bytes, deadline: float, url: str | None = None, host: str | None = None
+    ) -> ReportResponse:
         timeout = max(0.05, min(self.timeout_s, deadline - time.monotonic()))
         headers = self._auth_headers()
         if host:
             headers["Host"] = host
         started = time.perf_counter()
         try:
-            resp = self._client.post(url or self.url, content=body, headers=headers,
-                                     timeout=timeout)
+            resp = self._client.post(
+                url or self.url, content=body, headers=headers, timeout=timeout
+            )
         except httpx.TimeoutException as e:
             raise self._failed("timeout", f"timed out after {timeout:.2f}s", True) from e
         except httpx.TransportError as e:

@@ -32,7 +32,8 @@ class _TlsServer(ThreadingHTTPServer):
         sock.settimeout(HANDSHAKE_TIMEOUT_S)
         # handshake on first read, in the handler thread
         wrapped = self.reloader.context.wrap_socket(
-            sock, server_side=True, do_handshake_on_connect=False)
+            sock, server_side=True, do_handshake_on_connect=False
+        )
         return wrapped, addr
 
     def finish_request(self, request: Any, client_address: Any) -> None:

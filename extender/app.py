@@ -100,8 +100,10 @@ def authenticator(settings: Settings, api: object | None) -> Authenticator:
     reviewer = None
     if settings.agent_token_audience:
         if api is None:
-            log.warning("agent token audience set but no cluster (standalone): agent "
-                        "ServiceAccount tokens cannot be reviewed; only the shared token works")
+            log.warning(
+                "agent token audience set but no cluster (standalone): agent "
+                "ServiceAccount tokens cannot be reviewed; only the shared token works"
+            )
         else:
             reviewer = TokenReviewer.for_api(
                 api,  # type: ignore[arg-type]
@@ -121,8 +123,14 @@ class _Server(uvicorn.Server):
 
 
 def _config(app: FastAPI, settings: Settings, port: int) -> uvicorn.Config:
-    return uvicorn.Config(app, host=settings.host, port=port, log_level=settings.log_level,
-                          access_log=False, lifespan="off")
+    return uvicorn.Config(
+        app,
+        host=settings.host,
+        port=port,
+        log_level=settings.log_level,
+        access_log=False,
+        lifespan="off",
+    )
 
 
 async def serve(built: Built, settings: Settings) -> None:
@@ -161,16 +169,19 @@ async def serve(built: Built, settings: Settings) -> None:
             built.sync.close()
 
 
-async def _serve_tls(built: Built, settings: Settings, servers: list[_Server],
-                     stop: threading.Event) -> None:
+async def _serve_tls(
+    built: Built, settings: Settings, servers: list[_Server], stop: threading.Event
+) -> None:
     cert, key = settings.tls_cert_file, settings.tls_key_file
     if not cert or not key:
         raise ValueError("tls_port needs tls_cert_file and tls_key_file")
     waited = False
     while not files_present(cert, key):
         if not waited:
-            log.warning("TLS certificate not there yet; TLS listener waits for it",
-                        extra={"cert_file": cert, "tls_port": settings.tls_port})
+            log.warning(
+                "TLS certificate not there yet; TLS listener waits for it",
+                extra={"cert_file": cert, "tls_port": settings.tls_port},
+            )
             waited = True
         if stop.is_set():
             return

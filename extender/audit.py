@@ -150,17 +150,40 @@ def decode_cursor(kind: str, cursor: str | None) -> int:
 def allocation_out(a: Allocation) -> AllocationOut:
     g = a.grant
     return AllocationOut(
-        id=a.id, pod_uid=a.pod.uid, namespace=a.pod.namespace, pod_name=a.pod.name,
-        owner_kind=a.pod.owner_kind, owner_name=a.pod.owner_name, labels=a.pod.labels,
-        node=a.node.name, instance_type=a.node.instance_type, capacity_type=a.node.capacity_type,
-        zone=a.node.zone, nodepool=a.node.nodepool, gpu_uuid=g.gpu_uuid, gpu_index=g.gpu_index,
-        gpu_model=g.model, memory_mib=g.memory_mib, gpu_total_mib=g.gpu_total_mib,
-        sharing=g.sharing.value, mig_profile=g.mig_profile, claim=g.claim,
-        dra_device=g.dra_device, price_per_hour=str(g.price_per_hour), policy=a.policy,
-        status=a.status.value, decided_at=a.decided_at, bound_at=a.bound_at,
-        started_at=a.started_at, ended_at=a.ended_at, end_reason=a.end_reason,
-        obs_count=a.obs_count, obs_peak_mib=a.obs_peak_mib, obs_mean_mib=a.obs_mean_mib,
-        obs_mean_sm=a.obs_mean_sm)
+        id=a.id,
+        pod_uid=a.pod.uid,
+        namespace=a.pod.namespace,
+        pod_name=a.pod.name,
+        owner_kind=a.pod.owner_kind,
+        owner_name=a.pod.owner_name,
+        labels=a.pod.labels,
+        node=a.node.name,
+        instance_type=a.node.instance_type,
+        capacity_type=a.node.capacity_type,
+        zone=a.node.zone,
+        nodepool=a.node.nodepool,
+        gpu_uuid=g.gpu_uuid,
+        gpu_index=g.gpu_index,
+        gpu_model=g.model,
+        memory_mib=g.memory_mib,
+        gpu_total_mib=g.gpu_total_mib,
+        sharing=g.sharing.value,
+        mig_profile=g.mig_profile,
+        claim=g.claim,
+        dra_device=g.dra_device,
+        price_per_hour=str(g.price_per_hour),
+        policy=a.policy,
+        status=a.status.value,
+        decided_at=a.decided_at,
+        bound_at=a.bound_at,
+        started_at=a.started_at,
+        ended_at=a.ended_at,
+        end_reason=a.end_reason,
+        obs_count=a.obs_count,
+        obs_peak_mib=a.obs_peak_mib,
+        obs_mean_mib=a.obs_mean_mib,
+        obs_mean_sm=a.obs_mean_sm,
+    )
 
 
 def _window(start: str | None, end: str | None) -> tuple[float | None, float | None]:
@@ -183,10 +206,16 @@ def audit_router(get_ledger: Callable[[], Ledger], clock: Clock) -> APIRouter:
         return get_ledger()
 
     @router.get("/allocations", response_model=AllocationPage)
-    def list_allocations(namespace: str | None = None, node: str | None = None,
-                         pod: Annotated[str | None, Query(description="name or UID")] = None,
-                         active: bool | None = None, start: FromTime = None, to: Time = None,
-                         limit: Limit = 100, cursor: str | None = None) -> AllocationPage:
+    def list_allocations(
+        namespace: str | None = None,
+        node: str | None = None,
+        pod: Annotated[str | None, Query(description="name or UID")] = None,
+        active: bool | None = None,
+        start: FromTime = None,
+        to: Time = None,
+        limit: Limit = 100,
+        cursor: str | None = None,
+    ) -> AllocationPage:
         lo, hi = _window(start, to)
         after = decode_cursor("alloc", cursor)
         flt = AllocationFilter(namespace, node, pod, active, lo, hi)
@@ -195,8 +224,11 @@ def audit_router(get_ledger: Callable[[], Ledger], clock: Clock) -> APIRouter:
         nxt = encode_cursor("alloc", page[-1].id) if len(rows) > limit else None
         return AllocationPage(items=[allocation_out(a) for a in page], next_cursor=nxt)
 
-    @router.get("/allocations/{allocation_id}", response_model=AllocationOut,
-                responses={404: {"description": "no such allocation"}})
+    @router.get(
+        "/allocations/{allocation_id}",
+        response_model=AllocationOut,
+        responses={404: {"description": "no such allocation"}},
+    )
     def get_allocation(
         allocation_id: Annotated[int, Path(ge=1, le=2**63 - 1, description="ledger row id")],
     ) -> AllocationOut:
@@ -205,10 +237,15 @@ def audit_router(get_ledger: Callable[[], Ledger], clock: Clock) -> APIRouter:
             raise HTTPException(status_code=404, detail=f"allocation {allocation_id} not found")
         return allocation_out(found)
 
-    @router.get("/chargeback", response_model=ChargebackOut,
-                responses={200: {"content": {"text/csv": {}}}})
-    def chargeback(start: FromTime = None, to: Time = None, group_by: str = "namespace",
-                   format: Literal["json", "csv"] = "json") -> Response | ChargebackOut:
+    @router.get(
+        "/chargeback", response_model=ChargebackOut, responses={200: {"content": {"text/csv": {}}}}
+    )
+    def chargeback(
+        start: FromTime = None,
+        to: Time = None,
+        group_by: str = "namespace",
+        format: Literal["json", "csv"] = "json",
+    ) -> Response | ChargebackOut:
         lo, hi = _window(start, to)
         now = clock.now()
         hi = now if hi is None else hi
@@ -225,11 +262,13 @@ def audit_router(get_ledger: Callable[[], Ledger], clock: Clock) -> APIRouter:
         return ChargebackOut.model_validate(report_dict(report))
 
     @router.get("/discrepancies", response_model=DiscrepancyPage)
-    def discrepancies(status: Literal["open", "all"] = "open", limit: Limit = 100,
-                      cursor: str | None = None) -> DiscrepancyPage:
+    def discrepancies(
+        status: Literal["open", "all"] = "open", limit: Limit = 100, cursor: str | None = None
+    ) -> DiscrepancyPage:
         after = decode_cursor("disc", cursor)
-        rows = _call(lambda: ledger().list_discrepancies(status == "open", clock.now(), after,
-                                                         limit + 1))
+        rows = _call(
+            lambda: ledger().list_discrepancies(status == "open", clock.now(), after, limit + 1)
+        )
         page = rows[:limit]
         nxt = encode_cursor("disc", page[-1].id) if len(rows) > limit else None
         return DiscrepancyPage(items=list(page), next_cursor=nxt)

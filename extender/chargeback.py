@@ -188,8 +188,15 @@ def group_key(row: ChargeRow, group_by: str) -> str:
 class _Acc:
     """Running exact sums for one group (private, mutable, local to one compute)."""
 
-    __slots__ = ("allocs", "mib_seconds", "money", "sm_weight", "sm_weighted", "used_weight",
-                 "used_weighted")
+    __slots__ = (
+        "allocs",
+        "mib_seconds",
+        "money",
+        "sm_weight",
+        "sm_weighted",
+        "used_weight",
+        "used_weighted",
+    )
 
     def __init__(self) -> None:
         self.allocs = 0
@@ -216,8 +223,14 @@ class _Acc:
         gib_hours = self.mib_seconds / MIB_PER_GIB / SECONDS_PER_HOUR
         used = self.used_weighted / self.used_weight if self.used_weight > 0 else None
         sm = self.sm_weighted / self.sm_weight if self.sm_weight > 0 else None
-        return GroupLine(key, self.allocs, gib_hours.quantize(GIB_HOURS_STEP, ROUND_HALF_EVEN),
-                         cents(self.money), used, sm)
+        return GroupLine(
+            key,
+            self.allocs,
+            gib_hours.quantize(GIB_HOURS_STEP, ROUND_HALF_EVEN),
+            cents(self.money),
+            used,
+            sm,
+        )
 
 
 def allocation_seconds(row: ChargeRow, start: float, end: float, now: float) -> Decimal:
@@ -278,12 +291,12 @@ def compute(
             charged_by_node[row.node] = charged_by_node.get(row.node, Decimal(0)) + money
             capacity_by_node.setdefault(row.node, row.capacity_type)
         lines = tuple(sorted((acc.line(k) for k, acc in groups.items()), key=lambda g: g.key))
-        nodes = _node_lines(node_costs(periods, start, end, now), charged_by_node,
-                            capacity_by_node)
+        nodes = _node_lines(node_costs(periods, start, end, now), charged_by_node, capacity_by_node)
     total_charged = sum((g.cost for g in lines), Decimal("0.00"))
     total_cost = sum((n.cost for n in nodes), Decimal("0.00"))
-    return ChargebackReport(start, end, group_by, lines, nodes, total_charged, total_cost,
-                            total_cost - total_charged)
+    return ChargebackReport(
+        start, end, group_by, lines, nodes, total_charged, total_cost, total_cost - total_charged
+    )
 
 
 def _node_lines(
@@ -298,13 +311,34 @@ def _node_lines(
         if name in costs:
             exact_cost, hours, p = costs[name]
             cost, paid = cents(exact_cost), cents(exact_charged)
-            lines.append(NodeLine(name, p.instance_type, p.capacity_type or UNKNOWN,
-                                  hours.quantize(GIB_HOURS_STEP, ROUND_HALF_EVEN), cost, paid,
-                                  cost - paid, cost - paid < 0, False))
+            lines.append(
+                NodeLine(
+                    name,
+                    p.instance_type,
+                    p.capacity_type or UNKNOWN,
+                    hours.quantize(GIB_HOURS_STEP, ROUND_HALF_EVEN),
+                    cost,
+                    paid,
+                    cost - paid,
+                    cost - paid < 0,
+                    False,
+                )
+            )
         else:  # never recorded by record_node: its cost is unknown, bill what was granted
             paid = cents(exact_charged)
-            lines.append(NodeLine(name, "", capacity.get(name) or UNKNOWN, Decimal(0), paid,
-                                  paid, Decimal("0.00"), False, True))
+            lines.append(
+                NodeLine(
+                    name,
+                    "",
+                    capacity.get(name) or UNKNOWN,
+                    Decimal(0),
+                    paid,
+                    paid,
+                    Decimal("0.00"),
+                    False,
+                    True,
+                )
+            )
     return tuple(lines)
 
 
@@ -316,15 +350,28 @@ def report_dict(report: ChargebackReport) -> dict[str, object]:
         "group_by": report.group_by,
         "rounding": report.rounding,
         "groups": [
-            {"key": g.key, "allocations": g.allocations, "gib_hours": str(g.gib_hours),
-             "cost": str(g.cost), "mean_used_mib": g.mean_used_mib,
-             "mean_sm_util": g.mean_sm_util}
+            {
+                "key": g.key,
+                "allocations": g.allocations,
+                "gib_hours": str(g.gib_hours),
+                "cost": str(g.cost),
+                "mean_used_mib": g.mean_used_mib,
+                "mean_sm_util": g.mean_sm_util,
+            }
             for g in report.groups
         ],
         "nodes": [
-            {"node": n.node, "instance_type": n.instance_type, "capacity_type": n.capacity_type,
-             "gpu_hours": str(n.gpu_hours), "cost": str(n.cost), "charged": str(n.charged),
-             "idle": str(n.idle), "oversubscribed": n.oversubscribed, "unpriced": n.unpriced}
+            {
+                "node": n.node,
+                "instance_type": n.instance_type,
+                "capacity_type": n.capacity_type,
+                "gpu_hours": str(n.gpu_hours),
+                "cost": str(n.cost),
+                "charged": str(n.charged),
+                "idle": str(n.idle),
+                "oversubscribed": n.oversubscribed,
+                "unpriced": n.unpriced,
+            }
             for n in report.nodes
         ],
         "total_charged": str(report.total_charged),
@@ -338,11 +385,13 @@ def report_csv(report: ChargebackReport) -> str:
     """One row per group with a header row; utilisation blank where never observed."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow([report.group_by, "allocations", "gib_hours", "cost_usd", "mean_used_mib",
-                "mean_sm_util"])
+    w.writerow(
+        [report.group_by, "allocations", "gib_hours", "cost_usd", "mean_used_mib", "mean_sm_util"]
+    )
     for g in report.groups:
-        w.writerow([g.key, g.allocations, g.gib_hours, g.cost, _fmt(g.mean_used_mib),
-                    _fmt(g.mean_sm_util)])
+        w.writerow(
+            [g.key, g.allocations, g.gib_hours, g.cost, _fmt(g.mean_used_mib), _fmt(g.mean_sm_util)]
+        )
     return buf.getvalue()
 
 

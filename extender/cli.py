@@ -21,29 +21,55 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stale-after", type=float, help="seconds before a report is stale (30)")
     p.add_argument("--margin-mib", type=int, help="safety margin kept free per GPU (512)")
     p.add_argument("--price-file", help="JSON/YAML price overrides (instance types, spot)")
-    p.add_argument("--agent-token-file", help="file holding the shared bearer token for "
-                   "reports and release (re-read when it changes)")
-    p.add_argument("--agent-token-audience",
-                   help="accept agents' projected ServiceAccount tokens of this audience, "
-                   "checked with a TokenReview (needs --kubeconfig or --in-cluster)")
-    p.add_argument("--agent-service-account", help="the agents' ServiceAccount, "
-                   "namespace:name (default headroom-system:headroom-agent)")
+    p.add_argument(
+        "--agent-token-file",
+        help="file holding the shared bearer token for "
+        "reports and release (re-read when it changes)",
+    )
+    p.add_argument(
+        "--agent-token-audience",
+        help="accept agents' projected ServiceAccount tokens of this audience, "
+        "checked with a TokenReview (needs --kubeconfig or --in-cluster)",
+    )
+    p.add_argument(
+        "--agent-service-account",
+        help="the agents' ServiceAccount, namespace:name (default headroom-system:headroom-agent)",
+    )
     p.add_argument("--audit-token-file", help="require this bearer token on the /v1 audit API")
-    p.add_argument("--max-nodes-per-request", type=int,
-                   help="refuse filter/prioritize/preempt bodies with more nodes (50000)")
-    p.add_argument("--tls-port", type=int, help="also serve the API and the admission "
-                   "webhook over TLS on this port (manifests: 8443)")
+    p.add_argument(
+        "--max-nodes-per-request",
+        type=int,
+        help="refuse filter/prioritize/preempt bodies with more nodes (50000)",
+    )
+    p.add_argument(
+        "--tls-port",
+        type=int,
+        help="also serve the API and the admission webhook over TLS on this port (manifests: 8443)",
+    )
     p.add_argument("--tls-cert-file", help="TLS certificate chain (PEM), reloaded on change")
     p.add_argument("--tls-key-file", help="TLS private key (PEM), reloaded on change")
-    p.add_argument("--allow-unauthenticated-reports", action="store_true", default=None,
-                   help="accept agent reports without a token (development only)")
-    p.add_argument("--kubeconfig", help="watch and bind through this cluster's API "
-                   "(default: standalone, in-process binder)")
-    p.add_argument("--in-cluster", action="store_true", default=None,
-                   help="use the pod's ServiceAccount to reach the cluster")
-    p.add_argument("--webhook-mode", choices=("deny", "warn"),
-                   help="admission guardrail: deny pods that see GPUs they were not given, "
-                   "or only warn (default deny)")
+    p.add_argument(
+        "--allow-unauthenticated-reports",
+        action="store_true",
+        default=None,
+        help="accept agent reports without a token (development only)",
+    )
+    p.add_argument(
+        "--kubeconfig",
+        help="watch and bind through this cluster's API (default: standalone, in-process binder)",
+    )
+    p.add_argument(
+        "--in-cluster",
+        action="store_true",
+        default=None,
+        help="use the pod's ServiceAccount to reach the cluster",
+    )
+    p.add_argument(
+        "--webhook-mode",
+        choices=("deny", "warn"),
+        help="admission guardrail: deny pods that see GPUs they were not given, "
+        "or only warn (default deny)",
+    )
     p.add_argument("--webhook-exempt-namespaces", help="comma-separated (default kube-system)")
     p.add_argument("--log-level", help="debug, info, warning, error")
     p.set_defaults(func=_serve)
@@ -65,12 +91,18 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _simulate_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("simulate", help="place a synthetic GPU workload on a simulated "
-                       "Karpenter cluster through a real extender over HTTP")
+    p = sub.add_parser(
+        "simulate",
+        help="place a synthetic GPU workload on a simulated "
+        "Karpenter cluster through a real extender over HTTP",
+    )
     p.add_argument("--nodes", type=int, default=40)
     p.add_argument("--pods", type=int, default=600)
-    p.add_argument("--policy", default="binpack,spread,fgd,headroom",
-                   help="policy or comma-separated policies to compare")
+    p.add_argument(
+        "--policy",
+        default="binpack,spread,fgd,headroom",
+        help="policy or comma-separated policies to compare",
+    )
     p.add_argument("--cost-weight", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--db", help="keep the run's ledger here (default: a temporary file)")

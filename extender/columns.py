@@ -30,8 +30,16 @@ from extender.scoring.compiled import kernel, warms
 from extender.scoring.model import Limits, NodeView
 
 _GRID = ("total", "committed", "reserved", "present")  # [width, rows], as GpuBatch
-_LINE = ("node_total", "node_committed", "spot", "mig_reserved", "mig_committed", "price",
-         "received", "stamp")  # [rows]
+_LINE = (
+    "node_total",
+    "node_committed",
+    "spot",
+    "mig_reserved",
+    "mig_committed",
+    "price",
+    "received",
+    "stamp",
+)  # [rows]
 
 
 class NodeColumns:
@@ -60,8 +68,7 @@ class NodeColumns:
             setattr(self, name, new)
         for name in _LINE:
             old = getattr(self, name)
-            new = np.full(capacity, np.nan) if old.dtype == float else np.zeros(capacity,
-                                                                                 old.dtype)
+            new = np.full(capacity, np.nan) if old.dtype == float else np.zeros(capacity, old.dtype)
             new[:n] = old
             setattr(self, name, new)
 
@@ -182,8 +189,16 @@ class NodeColumns:
         again only when the columns grow or the limits change."""
         if self._whole is None or self._whole[0] != lim.idle_mib:
             busy = self.mig_reserved | (self.mig_committed > lim.idle_mib)
-            batch = GpuBatch(self.total, self.committed, self.reserved, self.present,
-                             self.node_total, self.node_committed, self.spot, busy)
+            batch = GpuBatch(
+                self.total,
+                self.committed,
+                self.reserved,
+                self.present,
+                self.node_total,
+                self.node_committed,
+                self.spot,
+                busy,
+            )
             self._whole = (lim.idle_mib, batch)
         return self._whole[1]
 
@@ -202,8 +217,9 @@ def _in_order(rows: Ints) -> bool:
 
 
 @kernel
-def _read(received: Floats, price: Floats, rows: Ints, now: float,
-          stale_after: float) -> tuple[Ints, Floats, Floats]:
+def _read(
+    received: Floats, price: Floats, rows: Ints, now: float, stale_after: float
+) -> tuple[Ints, Floats, Floats]:
     live = np.full(len(rows), -1, dtype=np.int64)
     price_of, received_of = np.full(len(rows), np.nan), np.full(len(rows), np.nan)
     for k in range(len(rows)):

@@ -47,8 +47,12 @@ def add_ledger_command(subparsers: Any) -> argparse.ArgumentParser:
     export = sub.add_parser("export", help="allocations (or grouped charges) of a window")
     _common(export, window=True)
     export.add_argument("--format", choices=("csv", "json"), default="csv")
-    export.add_argument("--group-by", type=_group_by, default=None,
-                        help="namespace|node|capacity-type|pod|label:KEY (default: per row)")
+    export.add_argument(
+        "--group-by",
+        type=_group_by,
+        default=None,
+        help="namespace|node|capacity-type|pod|label:KEY (default: per row)",
+    )
     export.set_defaults(func=cmd_export)
 
     verify = sub.add_parser("verify", help="walk the event hash chain")
@@ -57,20 +61,35 @@ def add_ledger_command(subparsers: Any) -> argparse.ArgumentParser:
 
     charge = sub.add_parser("chargeback", help="charges, node cost and idle, as a table")
     _common(charge, window=True)
-    charge.add_argument("--group-by", type=_group_by, default="namespace",
-                        help="namespace|node|capacity-type|pod|label:KEY")
+    charge.add_argument(
+        "--group-by",
+        type=_group_by,
+        default="namespace",
+        help="namespace|node|capacity-type|pod|label:KEY",
+    )
     charge.set_defaults(func=cmd_chargeback)
     return ledger
 
 
 def _common(p: argparse.ArgumentParser, window: bool) -> None:
-    p.add_argument("--db", default=DEFAULT_DB, help=f"SQLite path or postgresql:// DSN "
-                                                    f"(default {DEFAULT_DB})")
+    p.add_argument(
+        "--db", default=DEFAULT_DB, help=f"SQLite path or postgresql:// DSN (default {DEFAULT_DB})"
+    )
     if window:
-        p.add_argument("--from", dest="start", type=_when, default=None,
-                       help="RFC3339 or unix seconds (default: start of this month, UTC)")
-        p.add_argument("--to", dest="end", type=_when, default=None,
-                       help="RFC3339 or unix seconds (default: now)")
+        p.add_argument(
+            "--from",
+            dest="start",
+            type=_when,
+            default=None,
+            help="RFC3339 or unix seconds (default: start of this month, UTC)",
+        )
+        p.add_argument(
+            "--to",
+            dest="end",
+            type=_when,
+            default=None,
+            help="RFC3339 or unix seconds (default: now)",
+        )
 
 
 def _when(value: str) -> float:
@@ -123,8 +142,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
         if report.ok:
             print(f"ok: {report.events} events verified")
             return 0
-        print(f"FAILED at event {report.first_bad_seq}: {report.reason} "
-              f"({report.events} events verified before it)", file=sys.stderr)
+        print(
+            f"FAILED at event {report.first_bad_seq}: {report.reason} "
+            f"({report.events} events verified before it)",
+            file=sys.stderr,
+        )
         return 1
 
     return _run(args, body)
@@ -156,18 +178,41 @@ def cmd_chargeback(args: argparse.Namespace) -> int:
     return _run(args, body)
 
 
-EXPORT_FIELDS = ("id", "pod_uid", "namespace", "pod_name", "node", "capacity_type", "gpu_uuid",
-                 "memory_mib", "price_per_hour", "decided_at", "ended_at", "status",
-                 "billed_seconds", "cost_usd")
+EXPORT_FIELDS = (
+    "id",
+    "pod_uid",
+    "namespace",
+    "pod_name",
+    "node",
+    "capacity_type",
+    "gpu_uuid",
+    "memory_mib",
+    "price_per_hour",
+    "decided_at",
+    "ended_at",
+    "status",
+    "billed_seconds",
+    "cost_usd",
+)
 
 
 def _row_dict(r: ChargeRow, start: float, end: float, now: float) -> dict[str, Any]:
-    return {"id": r.allocation_id, "pod_uid": r.pod_uid, "namespace": r.namespace,
-            "pod_name": r.pod_name, "node": r.node, "capacity_type": r.capacity_type,
-            "gpu_uuid": r.gpu_uuid, "memory_mib": r.memory_mib,
-            "price_per_hour": str(r.price_per_hour), "decided_at": r.start, "ended_at": r.end,
-            "status": r.status, "billed_seconds": str(allocation_seconds(r, start, end, now)),
-            "cost_usd": str(cents(allocation_charge(r, start, end, now)))}
+    return {
+        "id": r.allocation_id,
+        "pod_uid": r.pod_uid,
+        "namespace": r.namespace,
+        "pod_name": r.pod_name,
+        "node": r.node,
+        "capacity_type": r.capacity_type,
+        "gpu_uuid": r.gpu_uuid,
+        "memory_mib": r.memory_mib,
+        "price_per_hour": str(r.price_per_hour),
+        "decided_at": r.start,
+        "ended_at": r.end,
+        "status": r.status,
+        "billed_seconds": str(allocation_seconds(r, start, end, now)),
+        "cost_usd": str(cents(allocation_charge(r, start, end, now))),
+    }
 
 
 def _rows_csv(rows: Sequence[dict[str, Any]]) -> str:
@@ -184,27 +229,73 @@ def _json(obj: object) -> str:
 
 def render_table(report: ChargebackReport) -> str:
     """Aligned text: one line per group, totals, then node cost / charged / idle."""
-    head = [report.group_by.upper(), "ALLOCS", "GIB-HOURS", "COST USD", "MEAN USED MIB",
-            "MEAN SM %"]
-    lines = [[g.key, str(g.allocations), str(g.gib_hours), str(g.cost), _num(g.mean_used_mib),
-              _num(g.mean_sm_util)] for g in report.groups]
-    lines.append(["TOTAL charged", str(sum(g.allocations for g in report.groups)),
-                  str(sum((g.gib_hours for g in report.groups), Decimal(0))),
-                  str(report.total_charged), "", ""])
+    head = [
+        report.group_by.upper(),
+        "ALLOCS",
+        "GIB-HOURS",
+        "COST USD",
+        "MEAN USED MIB",
+        "MEAN SM %",
+    ]
+    lines = [
+        [
+            g.key,
+            str(g.allocations),
+            str(g.gib_hours),
+            str(g.cost),
+            _num(g.mean_used_mib),
+            _num(g.mean_sm_util),
+        ]
+        for g in report.groups
+    ]
+    lines.append(
+        [
+            "TOTAL charged",
+            str(sum(g.allocations for g in report.groups)),
+            str(sum((g.gib_hours for g in report.groups), Decimal(0))),
+            str(report.total_charged),
+            "",
+            "",
+        ]
+    )
     out = [align([head, *lines], right_from=1)]
-    nodes = [[n.node, n.capacity_type, str(n.gpu_hours), str(n.cost), str(n.charged),
-              str(n.idle), _flags(n.oversubscribed, n.unpriced)] for n in report.nodes]
-    nodes.append(["TOTAL", "", "", str(report.total_node_cost), str(report.total_charged),
-                  str(report.total_idle), ""])
-    out.append(align([["NODE", "CAPACITY", "GPU-HOURS", "NODE COST", "CHARGED", "IDLE",
-                        "FLAGS"], *nodes], right_from=2))
+    nodes = [
+        [
+            n.node,
+            n.capacity_type,
+            str(n.gpu_hours),
+            str(n.cost),
+            str(n.charged),
+            str(n.idle),
+            _flags(n.oversubscribed, n.unpriced),
+        ]
+        for n in report.nodes
+    ]
+    nodes.append(
+        [
+            "TOTAL",
+            "",
+            "",
+            str(report.total_node_cost),
+            str(report.total_charged),
+            str(report.total_idle),
+            "",
+        ]
+    )
+    out.append(
+        align(
+            [["NODE", "CAPACITY", "GPU-HOURS", "NODE COST", "CHARGED", "IDLE", "FLAGS"], *nodes],
+            right_from=2,
+        )
+    )
     out.append(f"rounding: {report.rounding}")
     return "\n\n".join(out)
 
 
 def _flags(oversubscribed: bool, unpriced: bool) -> str:
-    return ",".join(f for f, on in (("OVERSUBSCRIBED", oversubscribed),
-                                    ("UNPRICED", unpriced)) if on)
+    return ",".join(
+        f for f, on in (("OVERSUBSCRIBED", oversubscribed), ("UNPRICED", unpriced)) if on
+    )
 
 
 def _num(v: float | None) -> str:

@@ -41,12 +41,18 @@ class LedgerMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
         self.write_latency = Histogram(
-            "headroom_ledger_write_seconds", "Ledger write transaction latency", ["op"],
+            "headroom_ledger_write_seconds",
+            "Ledger write transaction latency",
+            ["op"],
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
-            registry=registry)
+            registry=registry,
+        )
         self.discrepancies = Counter(
-            "headroom_discrepancies", "Discrepancies opened (first seen), by kind", ["kind"],
-            registry=registry)
+            "headroom_discrepancies",
+            "Discrepancies opened (first seen), by kind",
+            ["kind"],
+            registry=registry,
+        )
         self._used: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
 
@@ -74,8 +80,13 @@ class LedgerMetrics:
 class LedgerCollector(Collector):
     """Gauges read from the ledger at scrape time."""
 
-    def __init__(self, get_ledger: Callable[[], Ledger], clock: Clock, metrics: LedgerMetrics,
-                 chargeback_ttl_s: float = 300.0) -> None:
+    def __init__(
+        self,
+        get_ledger: Callable[[], Ledger],
+        clock: Clock,
+        metrics: LedgerMetrics,
+        chargeback_ttl_s: float = 300.0,
+    ) -> None:
         self.get_ledger, self.clock, self.metrics = get_ledger, clock, metrics
         self.ttl = chargeback_ttl_s
         self._cache: tuple[float, dict[str, float]] | None = None
@@ -95,14 +106,19 @@ class LedgerCollector(Collector):
     def _collect(self) -> Iterator[Metric]:
         ledger = self.get_ledger()
         active = ledger.active()
-        granted = GaugeMetricFamily("headroom_gpu_memory_granted_bytes",
-                                    "GPU memory granted by active allocations",
-                                    labels=["namespace", "node", "gpu"])
-        count = GaugeMetricFamily("headroom_allocations_active", "Active allocations",
-                                  labels=["status"])
-        used = GaugeMetricFamily("headroom_gpu_memory_used_bytes",
-                                 "Latest GPU memory used per pod and GPU (agent reports)",
-                                 labels=["namespace", "pod", "gpu"])
+        granted = GaugeMetricFamily(
+            "headroom_gpu_memory_granted_bytes",
+            "GPU memory granted by active allocations",
+            labels=["namespace", "node", "gpu"],
+        )
+        count = GaugeMetricFamily(
+            "headroom_allocations_active", "Active allocations", labels=["status"]
+        )
+        used = GaugeMetricFamily(
+            "headroom_gpu_memory_used_bytes",
+            "Latest GPU memory used per pod and GPU (agent reports)",
+            labels=["namespace", "pod", "gpu"],
+        )
         by_key: dict[tuple[str, str, str], int] = {}
         by_status: dict[str, int] = {}
         names: dict[tuple[str, str], tuple[str, str]] = {}
@@ -133,9 +149,11 @@ class LedgerCollector(Collector):
                 report = chargeback_report(ledger, start, now, "namespace", now)
                 self._cache = (time.monotonic(), {g.key: float(g.cost) for g in report.groups})
             values = self._cache[1]
-        g = GaugeMetricFamily("headroom_chargeback_dollars",
-                              "GPU memory chargeback this calendar month (UTC) so far, USD",
-                              labels=["namespace"])
+        g = GaugeMetricFamily(
+            "headroom_chargeback_dollars",
+            "GPU memory chargeback this calendar month (UTC) so far, USD",
+            labels=["namespace"],
+        )
         for ns, usd in sorted(values.items()):
             g.add_metric([ns], usd)
         return g
@@ -151,10 +169,12 @@ class SchedulingMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.no_fit = Counter(
-            "headroom_filter_no_fit", "Filter calls for a GPU pod that no node could host",
-            ["namespace"], registry=registry)
-        self.binds = Counter(
-            "headroom_binds", "Bind outcomes", ["outcome"], registry=registry)
+            "headroom_filter_no_fit",
+            "Filter calls for a GPU pod that no node could host",
+            ["namespace"],
+            registry=registry,
+        )
+        self.binds = Counter("headroom_binds", "Bind outcomes", ["outcome"], registry=registry)
 
 
 METRICS = LedgerMetrics(REGISTRY)
@@ -162,8 +182,9 @@ SCHEDULING = SchedulingMetrics(REGISTRY)
 _attached: LedgerCollector | None = None
 
 
-def attach_ledger(get_ledger: Callable[[], Ledger], clock: Clock,
-                  chargeback_ttl_s: float = 300.0) -> LedgerCollector:
+def attach_ledger(
+    get_ledger: Callable[[], Ledger], clock: Clock, chargeback_ttl_s: float = 300.0
+) -> LedgerCollector:
     """Register the scrape-time ledger gauges on ``REGISTRY`` (once per process)."""
     global _attached
     if _attached is None:

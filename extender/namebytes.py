@@ -152,8 +152,7 @@ def _same(aligned: Any, s: int, n: int, words: Any, o: int) -> bool:
 
 
 @kernel
-def _parse(buf: Any, aligned: Any, keys: Any, starts: Any, lengths: Any,
-           hashes: Any) -> Any:
+def _parse(buf: Any, aligned: Any, keys: Any, starts: Any, lengths: Any, hashes: Any) -> Any:
     """Each string of the JSON array in ``buf``: where it starts, its length and hash;
     (how many, how it ended, the list's fingerprint: see ``NameIndex.fingerprint``).
     ``buf`` is copied into ``aligned`` first (zeros after it), read 8 bytes at a time:
@@ -161,7 +160,7 @@ def _parse(buf: Any, aligned: Any, keys: Any, starts: Any, lengths: Any,
     stop, sums = len(buf), np.zeros(2, np.uint64)
     padded = aligned.view(np.uint8)
     padded[:stop] = buf
-    padded[stop:stop + 16] = 0
+    padded[stop : stop + 16] = 0
     p = _space(buf, 0)
     if p == stop or buf[p] != _OPEN:
         return 0, PLAIN_ONLY, sums
@@ -191,8 +190,19 @@ def _parse(buf: Any, aligned: Any, keys: Any, starts: Any, lengths: Any,
 
 
 @kernel
-def _look_up(aligned: Any, words: Any, meta: Any, table: Any, starts: Any, lengths: Any,
-             hashes: Any, k: int, ids: Any, count: int, used: int) -> tuple[int, int]:
+def _look_up(
+    aligned: Any,
+    words: Any,
+    meta: Any,
+    table: Any,
+    starts: Any,
+    lengths: Any,
+    hashes: Any,
+    k: int,
+    ids: Any,
+    count: int,
+    used: int,
+) -> tuple[int, int]:
     """Each parsed name's id, else ``-1 - start``; how many are not known (and what the
     stream read: returned so that the compiler keeps those loads). In passes: the loads
     of one pass do not wait for each other, so the misses of a cold table overlap; a list
@@ -207,8 +217,12 @@ def _look_up(aligned: Any, words: Any, meta: Any, table: Any, starts: Any, lengt
     unknown = 0
     for j in range(k):
         i = ids[j]
-        if not (i >= 0 and meta[i, _HASH] == hashes[j] and meta[i, _SPAN] & 0xFF == lengths[j]
-                and _same(aligned, starts[j], lengths[j], words, meta[i, _SPAN] >> 8)):
+        if not (
+            i >= 0
+            and meta[i, _HASH] == hashes[j]
+            and meta[i, _SPAN] & 0xFF == lengths[j]
+            and _same(aligned, starts[j], lengths[j], words, meta[i, _SPAN] >> 8)
+        ):
             ids[j] = _probe(aligned, words, meta, table, starts[j], lengths[j], hashes[j])
             unknown += ids[j] < 0
     return unknown, streamed
@@ -220,8 +234,11 @@ def _probe(aligned: Any, words: Any, meta: Any, table: Any, s: int, n: int, h: A
     slot = np.uint64(h) & mask
     while table[slot] != 0:
         i = table[slot] - 1
-        if meta[i, _HASH] == h and meta[i, _SPAN] & 0xFF == n and _same(
-                aligned, s, n, words, meta[i, _SPAN] >> 8):
+        if (
+            meta[i, _HASH] == h
+            and meta[i, _SPAN] & 0xFF == n
+            and _same(aligned, s, n, words, meta[i, _SPAN] >> 8)
+        ):
             return i
         slot = (slot + np.uint64(1)) & mask
     return -1 - s
@@ -242,8 +259,7 @@ class NameIndex:
     """Name bytes -> id -> the one ``str`` for it. Names are kept as zero-padded words,
     so a name is hashed and compared 8 bytes at a time."""
 
-    def __init__(self, capacity_bytes: int = 64 << 20, weights: np.ndarray | None = None
-                 ) -> None:
+    def __init__(self, capacity_bytes: int = 64 << 20, weights: np.ndarray | None = None) -> None:
         self.capacity_bytes = capacity_bytes
         # The hash's keys, secret to the process (lists are told apart by fingerprint:
         # nobody outside can aim at a collision). ``weights`` replaces the per-word
@@ -278,8 +294,7 @@ class NameIndex:
         of about 2^-64 per pair of names. None where ``read`` gives None. No look-up: a
         ``read_ids`` of the same bytes next does not parse them again."""
         parsed = self._parsed(data)
-        return None if parsed is None else (parsed.names, int(parsed.sums[0]),
-                                            int(parsed.sums[1]))
+        return None if parsed is None else (parsed.names, int(parsed.sums[0]), int(parsed.sums[1]))
 
     def read_ids(self, data: bytes) -> tuple[np.ndarray, np.ndarray] | None:
         """``read``, with the strings left in the pool they are in: (ids, pool), the
@@ -290,8 +305,19 @@ class NameIndex:
         aligned, starts, lengths, hashes, k, _ = parsed
         for _ in range(2):  # a full index is cleared once: these names go in first
             ids = np.empty(k, np.int64)
-            unknown, _ = _look_up(aligned, self._words, self._meta, self._table, starts, lengths,
-                               hashes, k, ids, self.count, self._used)
+            unknown, _ = _look_up(
+                aligned,
+                self._words,
+                self._meta,
+                self._table,
+                starts,
+                lengths,
+                hashes,
+                k,
+                ids,
+                self.count,
+                self._used,
+            )
             new = self._new_names(data, ids) if unknown else []
             if new is None:
                 return None
@@ -323,9 +349,15 @@ class NameIndex:
         if len(self._aligned) < words or len(self._starts) < room:
             self._aligned = np.zeros(max(words, 2 * len(self._aligned)), np.uint64)
             self._starts, self._lengths, self._hashes = (
-                np.empty(max(room, 2 * len(self._starts)), np.int64) for _ in range(3))
-        return (np.frombuffer(data, np.uint8), self._aligned, self._starts, self._lengths,
-                self._hashes)
+                np.empty(max(room, 2 * len(self._starts)), np.int64) for _ in range(3)
+            )
+        return (
+            np.frombuffer(data, np.uint8),
+            self._aligned,
+            self._starts,
+            self._lengths,
+            self._hashes,
+        )
 
     def bytes_and_records(self) -> tuple[np.ndarray, np.ndarray]:
         """Every name's bytes (zero-padded to words) and the records that place them (a
@@ -349,7 +381,7 @@ class NameIndex:
         new: dict[bytes, int] = {}
         for k in np.flatnonzero(ids < 0).tolist():
             s = -1 - int(ids[k])
-            name = data[s:data.index(b'"', s)]
+            name = data[s : data.index(b'"', s)]
             ids[k] = new.setdefault(name, self.count + len(new))
         try:
             for name in new:
@@ -369,9 +401,8 @@ class NameIndex:
         ids = np.arange(self.count, self.count + len(names), dtype=np.int64)
         spans = np.fromiter((len(b) // 8 for b in padded), np.int64, len(names))
         offsets = self._used + np.cumsum(spans) - spans
-        self._meta[ids, _SPAN] = offsets << 8 | np.fromiter(map(len, names), np.int64,
-                                                            len(names))
-        self._words[self._used:self._used + size] = np.frombuffer(b"".join(padded), np.uint64)
+        self._meta[ids, _SPAN] = offsets << 8 | np.fromiter(map(len, names), np.int64, len(names))
+        self._words[self._used : self._used + size] = np.frombuffer(b"".join(padded), np.uint64)
         self._strings[ids] = [name.decode() for name in names]
         self._used += size
         self.count += len(names)
@@ -382,15 +413,15 @@ class NameIndex:
     def _reserve(self, words: int, names: int) -> None:
         if self._used + words > len(self._words):
             grown = np.zeros(max(2 * len(self._words), self._used + words), np.uint64)
-            grown[:self._used] = self._words[:self._used]
+            grown[: self._used] = self._words[: self._used]
             self._words = grown
         if self.count + names > len(self._meta):
             size = max(2 * len(self._meta), self.count + names)
             meta = np.zeros((size, 2), np.int64)
-            meta[:self.count] = self._meta[:self.count]
+            meta[: self.count] = self._meta[: self.count]
             self._meta = meta
             strings = np.empty(size, dtype=object)
-            strings[:self.count] = self._strings[:self.count]
+            strings[: self.count] = self._strings[: self.count]
             self._strings = strings
         size = len(self._table)
         while 2 * (self.count + names) > size:  # load factor <= 1/2

@@ -49,8 +49,9 @@ class NameList(Sequence[str]):
 
     __slots__ = ("_index", "_json", "_names", "_pool", "ids", "key", "token")
 
-    def __init__(self, names: Sequence[str], key: Hashable, ids: Ints | None = None,
-                 token: object = None) -> None:
+    def __init__(
+        self, names: Sequence[str], key: Hashable, ids: Ints | None = None, token: object = None
+    ) -> None:
         self._names: list[str] | None = list(names)
         self._pool: np.ndarray | None = None
         self._index: NameIndex | None = None  # the index the ids are of, while ``token``
@@ -121,8 +122,12 @@ class NameList(Sequence[str]):
         return iter(self.as_list())
 
     def __eq__(self, other: object) -> bool:
-        if (isinstance(other, NameList) and self.ids is not None
-                and other.ids is not None and self.token is other.token):
+        if (
+            isinstance(other, NameList)
+            and self.ids is not None
+            and other.ids is not None
+            and self.token is other.token
+        ):
             return bool(np.array_equal(self.ids, other.ids))  # ids are names, one to one
         if isinstance(other, Sequence) and not isinstance(other, str):
             return self.as_list() == list(other)
@@ -174,15 +179,20 @@ class Picked(Sequence[str]):
         return f"Picked({list(self)!r})"
 
 
-def passing_list(names: Sequence[str], positions: Ints,
-                 like: Sequence[str] | None = None) -> Sequence[str]:
+def passing_list(
+    names: Sequence[str], positions: Ints, like: Sequence[str] | None = None
+) -> Sequence[str]:
     """The filter's passing names: a ``NameList`` with their ids when the candidates
     were read by id (the reply comes back as prioritize's candidates: ``ArgsDecoder.
     expect``), else a list. ``like`` itself when it is a list of those very names (ids),
     its reply bytes made already: pods of new shapes often pass the same nodes."""
     if isinstance(names, NameList) and names.ids is not None:
-        if (isinstance(like, NameList) and like.ids is not None
-                and like.token is names.token and equal_at(like.ids, names.ids, positions)):
+        if (
+            isinstance(like, NameList)
+            and like.ids is not None
+            and like.token is names.token
+            and equal_at(like.ids, names.ids, positions)
+        ):
             return like
         return names.part(positions)
     return _at(names, positions)
@@ -260,8 +270,9 @@ class ArgsDecoder:
     """Decodes filter/prioritize bodies into ``ExtenderArgs``, name lists interned and
     Node lists walked by bytes (when given the node cache)."""
 
-    def __init__(self, capacity: int = 8, nodes: NodeWalker | None = None,
-                 index: NameIndex | None = None) -> None:
+    def __init__(
+        self, capacity: int = 8, nodes: NodeWalker | None = None, index: NameIndex | None = None
+    ) -> None:
         # kept lists by their bytes' key: (bytes, list, fingerprint when read here)
         self._lists: OrderedDict[Hashable, _Kept] = OrderedDict()
         self._sets: dict[Fingerprint, NameList] = {}  # the kept lists by what they hold
@@ -313,8 +324,8 @@ class ArgsDecoder:
         if end <= pod_end + len(_NAMES) or body[end] != _CLOSE:
             return None
         try:
-            pod = self.pod(body[len(_POD):pod_end])
-            names = self.names(body[pod_end + len(_NAMES):end])
+            pod = self.pod(body[len(_POD) : pod_end])
+            names = self.names(body[pod_end + len(_NAMES) : end])
         except (msgspec.DecodeError, msgspec.ValidationError):
             return None
         return ExtenderArgs(Pod=pod, Nodes=None, NodeNames=names)
@@ -333,7 +344,7 @@ class ArgsDecoder:
         if body[end:].rstrip(_SPACE) != _TAIL:
             return None
         try:
-            pod = self.pod(body[len(_POD):pod_end])
+            pod = self.pod(body[len(_POD) : pod_end])
         except (msgspec.DecodeError, msgspec.ValidationError):
             return None  # decoded whole, the error names its place in the body
         return ExtenderArgs(Pod=pod, Nodes=nodes, NodeNames=None)
@@ -379,8 +390,9 @@ class ArgsDecoder:
         if seen is None or seen[0] != data:  # no fingerprint: it comes back as it is
             self._keep(key, data, names.keyed(key), None)
 
-    def _keep(self, key: Hashable, data: bytes, names: NameList,
-              fingerprint: Fingerprint | None) -> None:
+    def _keep(
+        self, key: Hashable, data: bytes, names: NameList, fingerprint: Fingerprint | None
+    ) -> None:
         old = self._lists.pop(key, None)
         if old is not None:
             self._forget(old)
@@ -403,7 +415,10 @@ class ArgsDecoder:
             decoded = _names.decode(data)
         except msgspec.ValidationError as e:  # name the field as a whole-body decode would
             msg = str(e)
-            msg = msg.replace("at `$", "at `$.NodeNames") if "at `$" in msg else (
-                f"{msg} - at `$.NodeNames`")
+            msg = (
+                msg.replace("at `$", "at `$.NodeNames")
+                if "at `$" in msg
+                else (f"{msg} - at `$.NodeNames`")
+            )
             raise msgspec.ValidationError(msg) from None
         return None if decoded is None else NameList(decoded, key)

@@ -36,7 +36,7 @@ _WEIGHTS = np.random.default_rng(0x6E6F6465).integers(1, 2**63, HASHED, dtype=np
 @kernel
 def _hash(buf: Any, p: int, weights: Any) -> Any:
     h = np.uint64(0)
-    window = buf[p:p + HASHED]
+    window = buf[p : p + HASHED]
     for t in range(HASHED):
         h += np.uint64(window[t]) * weights[t]
     return h
@@ -47,8 +47,8 @@ def _same(buf: Any, p: int, pool: Any, q: int, n: int) -> bool:
     done = 0
     while done < n:
         step = min(CHUNK, n - done)
-        a = buf[p + done:p + done + step]
-        b = pool[q + done:q + done + step]
+        a = buf[p + done : p + done + step]
+        b = pool[q + done : q + done + step]
         diff = np.uint8(0)
         for t in range(step):
             diff |= a[t] ^ b[t]
@@ -59,8 +59,18 @@ def _same(buf: Any, p: int, pool: Any, q: int, n: int) -> bool:
 
 
 @kernel
-def _walk(buf: Any, p: int, pool: Any, offsets: Any, lengths: Any, hashes: Any, table: Any,
-          weights: Any, ids: Any, starts: Any) -> Any:
+def _walk(
+    buf: Any,
+    p: int,
+    pool: Any,
+    offsets: Any,
+    lengths: Any,
+    hashes: Any,
+    table: Any,
+    weights: Any,
+    ids: Any,
+    starts: Any,
+) -> Any:
     """Items from ``p`` (just after ``[`` or a ``,``) while each is one seen before:
     (how many, where it stopped, why)."""
     stop = len(buf)
@@ -166,7 +176,7 @@ class ByteIndex:
             return None
         self._reserve(n)
         at, i = self._used, self.count
-        self._pool[at:at + n] = np.frombuffer(data, np.uint8)
+        self._pool[at : at + n] = np.frombuffer(data, np.uint8)
         self._offsets[i], self._lengths[i] = at, n
         self._hashes[i] = _hash(self._pool, at, _WEIGHTS)
         self._used += n
@@ -174,11 +184,22 @@ class ByteIndex:
         _insert(self._table, self._hashes, np.array([i], np.int64))
         return i
 
-    def walk(self, buf: np.ndarray, p: int, ids: np.ndarray, starts: np.ndarray
-             ) -> tuple[int, int, int]:
+    def walk(
+        self, buf: np.ndarray, p: int, ids: np.ndarray, starts: np.ndarray
+    ) -> tuple[int, int, int]:
         """Known items from ``p``, written into ``ids``/``starts``: (count, stop, why)."""
-        k, stop, why = _walk(buf, p, self._pool, self._offsets, self._lengths, self._hashes,
-                             self._table, _WEIGHTS, ids, starts)
+        k, stop, why = _walk(
+            buf,
+            p,
+            self._pool,
+            self._offsets,
+            self._lengths,
+            self._hashes,
+            self._table,
+            _WEIGHTS,
+            ids,
+            starts,
+        )
         return int(k), int(stop), int(why)
 
     def lengths(self, ids: np.ndarray) -> np.ndarray:

@@ -67,7 +67,7 @@ class ItemSlices(Sequence[memoryview]):
     def __getitem__(self, i: int | slice) -> memoryview | list[memoryview]:
         if isinstance(i, slice):
             return list(self._slices(self._starts[i], self._ends[i]))
-        return self._view[int(self._starts[i]):int(self._ends[i])]
+        return self._view[int(self._starts[i]) : int(self._ends[i])]
 
     def __iter__(self) -> Iterator[memoryview]:
         return self._slices(self._starts, self._ends)
@@ -85,8 +85,12 @@ class WalkedNodes(RawNodeList, kw_only=True):
 
 
 class NodeObjectCache:
-    def __init__(self, apply: Callable[[NodeFacts], None], capacity: int = 50_000,
-                 index: NameIndex | None = None) -> None:
+    def __init__(
+        self,
+        apply: Callable[[NodeFacts], None],
+        capacity: int = 50_000,
+        index: NameIndex | None = None,
+    ) -> None:
         self._entries: dict[Key, Entry] = {}
         self._applied: dict[str, Entry] = {}  # node name -> the object applied last
         self._apply = apply
@@ -94,7 +98,8 @@ class NodeObjectCache:
         # recent lists (filter's and prioritize's alternate): entries, names, and the
         # count of facts applications when every entry of theirs was the one applied
         self._recent: OrderedDict[tuple[int, ...], tuple[list[Entry], NameList, int]] = (
-            OrderedDict())
+            OrderedDict()
+        )
         self._applications = 0
         self._bytes = ByteIndex()
         self._by_id: list[Entry] = []  # ByteIndex id -> entry
@@ -103,7 +108,8 @@ class NodeObjectCache:
         # every object is needs nothing applied: no pass over 5,000 entries in Python)
         self._current = np.zeros(1024, np.bool_)
         self._recent_walked: OrderedDict[tuple[int, ...], tuple[np.ndarray, NameList]] = (
-            OrderedDict())
+            OrderedDict()
+        )
         self._generation = 0  # bumped whenever the byte index is cleared
         self._ids = np.zeros(1024, np.int64)
         self._starts = np.zeros(1024, np.int64)
@@ -214,7 +220,7 @@ class NodeObjectCache:
             self._name_token = index.token
         if len(self._name_ids) < len(self._by_id):
             grown = np.full(2 * len(self._by_id), -1, np.int64)
-            grown[:len(self._name_ids)] = self._name_ids
+            grown[: len(self._name_ids)] = self._name_ids
             self._name_ids = grown
         got = self._name_ids[byte_ids]
         if (got < 0).any():
@@ -258,8 +264,9 @@ class NodeObjectCache:
         ids = self._ids[:k]
         starts = self._starts[:k].copy()
         ends = starts + self._bytes.lengths(ids)
-        return WalkedNodes(items=cast(list[msgspec.Raw], ItemSlices(body, starts, ends)),
-                           byte_ids=ids.copy()), p
+        return WalkedNodes(
+            items=cast(list[msgspec.Raw], ItemSlices(body, starts, ends)), byte_ids=ids.copy()
+        ), p
 
     def _learn(self, data: bytes) -> int | None:
         """Validate one unknown item and index it: its id, or None when it is not valid
@@ -360,7 +367,7 @@ def _key_at(data: bytes, member: bytes, start: int) -> int:
         at = data.find(lead + member, start - 1)
         if at >= 0:
             end = at + 1 + len(member)
-            if end < len(data) and data[end:end + 1] in (b",", b"}"):
+            if end < len(data) and data[end : end + 1] in (b",", b"}"):
                 return end
     return -1
 

@@ -148,8 +148,7 @@ class Plans:
         else:
             self._plans.move_to_end(key)
             if not self._current(plan, now, seq, changed, evaluate, stale_after):
-                plan = self._plans[key] = self._evaluated(
-                    names, shape, seq, evaluate, stale_after)
+                plan = self._plans[key] = self._evaluated(names, shape, seq, evaluate, stale_after)
         return plan
 
     def kept(self, names: Sequence[str], shape: Hashable) -> bool:
@@ -157,19 +156,31 @@ class Plans:
         plan = self._plans.get((shape, names_key(names)))
         return plan is not None and same_names(plan.names, names)
 
-    def parent(self, shape: Hashable, now: float, seq: int, changed: Changed,
-               evaluate: Evaluate, stale_after: float) -> Plan | None:
+    def parent(
+        self,
+        shape: Hashable,
+        now: float,
+        seq: int,
+        changed: Changed,
+        evaluate: Evaluate,
+        stale_after: float,
+    ) -> Plan | None:
         """The shape's widest plan, the one other lists are taken from, brought up to
         date; None if there is none or it must be rebuilt."""
         parent = self._last.get(shape)
-        if parent is None or not self._current(parent, now, seq, changed, evaluate,
-                                               stale_after):
+        if parent is None or not self._current(parent, now, seq, changed, evaluate, stale_after):
             return None
         self._last.move_to_end(shape)
         return parent
 
-    def _evaluated(self, names: Sequence[str], shape: Hashable, seq: int, evaluate: Evaluate,
-                   stale_after: float) -> Plan:
+    def _evaluated(
+        self,
+        names: Sequence[str],
+        shape: Hashable,
+        seq: int,
+        evaluate: Evaluate,
+        stale_after: float,
+    ) -> Plan:
         """A plan evaluated afresh; the widest becomes the shape's parent (plans taken
         from it do not: it keeps its name index for the next permutation)."""
         plan = Plan.of(names, seq, evaluate(names, None), stale_after)
@@ -208,14 +219,16 @@ def _subset(parent: Plan, names: Sequence[str], index: NameIndex) -> Plan | None
     if ids is None or where is None:
         return None
     ok, back, fits, raw, price, rows, down = _take_by_ids(
-        where, ids, parent.fits, parent.raw, parent.price, parent.rows, parent.unavailable)
+        where, ids, parent.fits, parent.raw, parent.price, parent.rows, parent.unavailable
+    )
     if not ok:
         return None
     failures = {}
     if parent.failures:  # only the failures' positions mapped: a list of all was ~50 µs
         at = np.fromiter(parent.failures, np.int64, len(parent.failures))
-        failures = {k: f for k, f in zip(back[at].tolist(), parent.failures.values(),
-                                        strict=True) if k >= 0}
+        failures = {
+            k: f for k, f in zip(back[at].tolist(), parent.failures.values(), strict=True) if k >= 0
+        }
     return Plan(
         names=names,
         fits=fits,
@@ -247,9 +260,9 @@ def _received(received: Floats) -> tuple[float, Ints]:
 
 
 @kernel
-def _take_by_ids(where: Ints, ids: Ints, fits: Bools, raw: Floats, price: Floats,
-                 rows: Ints, unavailable: Ints
-                 ) -> tuple[bool, Ints, Bools, Floats, Floats, Ints, Ints]:
+def _take_by_ids(
+    where: Ints, ids: Ints, fits: Bools, raw: Floats, price: Floats, rows: Ints, unavailable: Ints
+) -> tuple[bool, Ints, Bools, Floats, Floats, Ints, Ints]:
     """The parent's entries for these ids, in their order, where each parent position
     went (``back``, -1: not taken) and which of the taken were unavailable (ascending);
     False if an id is not in the parent or two ids share a position. One pass instead
@@ -290,8 +303,9 @@ def _patch(plan: Plan, changed: Ints, seq: int, evaluate: Evaluate, stale_after:
     if not redo.size:
         return
     new = evaluate(picked(plan.names, redo.tolist()), plan.rows[redo])
-    differs, earliest, failing, down = _merge(plan.fits, plan.raw, plan.price, redo, new.fits,
-                                              new.raw, new.price, new.received)
+    differs, earliest, failing, down = _merge(
+        plan.fits, plan.raw, plan.price, redo, new.fits, new.raw, new.price, new.received
+    )
     for k in failing.tolist():  # a reason exactly where a node does not fit
         i, reason = int(redo[k]), new.failures.get(k)
         if plan.failures.get(i) != reason:
@@ -308,9 +322,16 @@ def _patch(plan: Plan, changed: Ints, seq: int, evaluate: Evaluate, stale_after:
 
 
 @kernel
-def _merge(fits: Bools, raw: Floats, price: Floats, redo: Ints, new_fits: Bools,
-           new_raw: Floats, new_price: Floats,
-           new_received: Floats) -> tuple[bool, float, Ints, Ints]:
+def _merge(
+    fits: Bools,
+    raw: Floats,
+    price: Floats,
+    redo: Ints,
+    new_fits: Bools,
+    new_raw: Floats,
+    new_price: Floats,
+    new_received: Floats,
+) -> tuple[bool, float, Ints, Ints]:
     """Writes the re-evaluated entries at ``redo``. Returns whether any differed (NaN
     prices equal), the earliest report time among them (inf if none was available), which
     of them did not fit before or do not now (indices into ``redo``: only those can have

@@ -184,14 +184,15 @@ encoder = msgspec.json.Encoder(enc_hook=_as_list)
 
 
 def encode_filter_result(
-    result: ExtenderFilterResult, passing_raw: list[msgspec.Raw] | None,
+    result: ExtenderFilterResult,
+    passing_raw: list[msgspec.Raw] | None,
     names_json: bytes | None = None,
 ) -> bytes:
     """Encode a filter reply; in Nodes mode splice the passing nodes' raw JSON back in,
     and a NodeNames list already written as JSON (``names_json``) in its place."""
     if names_json is not None:
         body = encoder.encode(msgspec.structs.replace(result, NodeNames=None))
-        return b"".join((_NAMES_KEY, names_json, memoryview(body)[len(_NULL_NAMES):]))
+        return b"".join((_NAMES_KEY, names_json, memoryview(body)[len(_NULL_NAMES) :]))
     body = encoder.encode(result)
     if passing_raw is None:
         return body

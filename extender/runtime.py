@@ -45,9 +45,16 @@ def tune_runtime() -> None:
     _, older, oldest = gc.get_threshold()
     gc.set_threshold(GC_BACKSTOP, older, oldest)
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    log.info("runtime tuned", extra={"malloc": malloc, "gc_frozen": gc.get_freeze_count(),
-                                     "gc_young": GC_YOUNG, "gc_backstop": GC_BACKSTOP,
-                                     "switch_interval_s": SWITCH_INTERVAL_S})
+    log.info(
+        "runtime tuned",
+        extra={
+            "malloc": malloc,
+            "gc_frozen": gc.get_freeze_count(),
+            "gc_young": GC_YOUNG,
+            "gc_backstop": GC_BACKSTOP,
+            "switch_interval_s": SWITCH_INTERVAL_S,
+        },
+    )
 
 
 def collect_due(young: int = GC_YOUNG) -> int:

@@ -92,9 +92,16 @@ class BodyLimit:
         for key, value in scope.get("headers", ()):
             if key == b"content-length" and value.isdigit() and int(value) > self.limit:
                 body = encoder.encode({"Error": str(BodyTooLarge(self.limit))})
-                await send({"type": "http.response.start", "status": 413,
-                            "headers": [(b"content-type", JSON.encode()),
-                                        (b"content-length", str(len(body)).encode())]})
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 413,
+                        "headers": [
+                            (b"content-type", JSON.encode()),
+                            (b"content-length", str(len(body)).encode()),
+                        ],
+                    }
+                )
                 await send({"type": "http.response.body", "body": body})
                 return
         seen = 0
@@ -131,8 +138,11 @@ def check_args(args: ExtenderArgs, max_nodes: int) -> None:
         # kube-scheduler sends one (NodeNames when nodeCacheCapable): with both, which
         # list a filter reply would echo is a guess, and a reply echoing the wrong one
         # indexed an empty Nodes list (found by tests/reliability/test_fuzz_bodies.py)
-        raise Invalid(400, "request has both Nodes and NodeNames; send one (NodeNames "
-                           "when the extender is nodeCacheCapable, else Nodes)")
+        raise Invalid(
+            400,
+            "request has both Nodes and NodeNames; send one (NodeNames "
+            "when the extender is nodeCacheCapable, else Nodes)",
+        )
     names = args.NodeNames or []  # each 1..253 characters: checked by the decoder
     count = len(names) + (len(args.Nodes.items) if args.Nodes is not None else 0)
     if count > max_nodes:
@@ -140,8 +150,11 @@ def check_args(args: ExtenderArgs, max_nodes: int) -> None:
     if args.Pod is not None:
         meta = args.Pod.metadata
         if len(meta.name) > MAX_NAME or len(meta.namespace) > MAX_NAME or len(meta.uid) > MAX_UID:
-            raise Invalid(400, f"Pod.metadata: name/namespace at most {MAX_NAME} characters, "
-                          f"uid at most {MAX_UID}")
+            raise Invalid(
+                400,
+                f"Pod.metadata: name/namespace at most {MAX_NAME} characters, "
+                f"uid at most {MAX_UID}",
+            )
 
 
 def check_binding(args: ExtenderBindingArgs) -> None:
@@ -149,11 +162,15 @@ def check_binding(args: ExtenderBindingArgs) -> None:
     missing = [f for f in fields if not getattr(args, f)]
     if missing:
         raise Invalid(400, f"malformed bind request: missing {', '.join(missing)}")
-    if max(len(args.PodName), len(args.PodNamespace), len(args.Node)) > MAX_NAME or len(
-        args.PodUID
-    ) > MAX_UID:
-        raise Invalid(400, f"malformed bind request: names at most {MAX_NAME} characters, "
-                      f"PodUID at most {MAX_UID}")
+    if (
+        max(len(args.PodName), len(args.PodNamespace), len(args.Node)) > MAX_NAME
+        or len(args.PodUID) > MAX_UID
+    ):
+        raise Invalid(
+            400,
+            f"malformed bind request: names at most {MAX_NAME} characters, "
+            f"PodUID at most {MAX_UID}",
+        )
 
 
 def check_preemption(args: ExtenderPreemptionArgs, max_nodes: int) -> None:
@@ -166,14 +183,16 @@ def _body_schema(t: type, components: dict[str, Any]) -> dict[str, Any]:
     """``openapi_extra`` documenting a raw-body route's JSON body with the wire type's
     JSON Schema (the route decodes it itself with msgspec)."""
     (schema,), defs = msgspec.json.schema_components(
-        [t], ref_template="#/components/schemas/{name}")
+        [t], ref_template="#/components/schemas/{name}"
+    )
     components.update(defs)
     return {"requestBody": {"required": True, "content": {JSON: {"schema": schema}}}}
 
 
 def _responses(t: type, components: dict[str, Any]) -> dict[int | str, dict[str, Any]]:
     (schema,), defs = msgspec.json.schema_components(
-        [t], ref_template="#/components/schemas/{name}")
+        [t], ref_template="#/components/schemas/{name}"
+    )
     components.update(defs)
     return {200: {"content": {JSON: {"schema": schema}}}}
 
@@ -257,9 +276,12 @@ def create_app(
         except Exception:  # the next filter meets the same and answers; log, go on
             log.exception("refreshing plans failed")
 
-    @app.post("/filter", summary="kube-scheduler extender filter",
-              openapi_extra=_body_schema(ExtenderArgs, components),
-              responses=_responses(ExtenderFilterResult, components))
+    @app.post(
+        "/filter",
+        summary="kube-scheduler extender filter",
+        openapi_extra=_body_schema(ExtenderArgs, components),
+        responses=_responses(ExtenderFilterResult, components),
+    )
     async def filter_(request: Request) -> Response:
         try:
             args = await decode(request, args_decoder, max_body_bytes)
@@ -276,9 +298,12 @@ def create_app(
         args_decoder.expect(result.NodeNames)  # prioritize's candidates, next
         return Response(reply, media_type=JSON)
 
-    @app.post("/prioritize", summary="kube-scheduler extender prioritize",
-              openapi_extra=_body_schema(ExtenderArgs, components),
-              responses=_responses(list[HostPriority], components))
+    @app.post(
+        "/prioritize",
+        summary="kube-scheduler extender prioritize",
+        openapi_extra=_body_schema(ExtenderArgs, components),
+        responses=_responses(list[HostPriority], components),
+    )
     async def prioritize(request: Request) -> Response:
         try:
             args = await decode(request, args_decoder, max_body_bytes)
@@ -300,18 +325,24 @@ def create_app(
         collect_due()  # a bind leaves objects alive: collected here, not in a filter
         return Response(encoder.encode(result), media_type=JSON)
 
-    @app.post("/bind", summary="kube-scheduler extender bind",
-              openapi_extra=_body_schema(ExtenderBindingArgs, components),
-              responses=_responses(ExtenderBindingResult, components))
+    @app.post(
+        "/bind",
+        summary="kube-scheduler extender bind",
+        openapi_extra=_body_schema(ExtenderBindingArgs, components),
+        responses=_responses(ExtenderBindingResult, components),
+    )
     async def bind(request: Request) -> Response:
         # the ledger write and the API call block: run them off the event loop
         response = await run_in_threadpool(bind_sync, await read_body(request, max_body_bytes))
         response.background = BackgroundTask(refresh_plans)  # the bound node changed
         return response
 
-    @app.post("/preempt", summary="kube-scheduler extender preempt",
-              openapi_extra=_body_schema(ExtenderPreemptionArgs, components),
-              responses=_responses(ExtenderPreemptionResult, components))
+    @app.post(
+        "/preempt",
+        summary="kube-scheduler extender preempt",
+        openapi_extra=_body_schema(ExtenderPreemptionArgs, components),
+        responses=_responses(ExtenderPreemptionResult, components),
+    )
     async def preempt(request: Request) -> Response:
         try:
             args = await decode(request, preemption_decoder, max_body_bytes)
@@ -331,18 +362,24 @@ def create_app(
             if found is None:  # an unknown token: ask the API server, off the event loop
                 found = await run_in_threadpool(writers.identify, header)
         except Refused as e:
-            log.info("write refused", extra={"path": request.url.path, "status": e.status,
-                                             "why": str(e)})
+            log.info(
+                "write refused", extra={"path": request.url.path, "status": e.status, "why": str(e)}
+            )
             raise HTTPException(e.status, str(e)) from None
         except ReviewUnavailable as e:
             raise HTTPException(503, str(e)) from None
         return found
 
-    @app.post("/v1/reports", summary="node agent report (schema headroom.dev/report/v1)",
-              openapi_extra=_body_schema(NodeReport, components),
-              responses={**_responses(ReportResponse, components),
-                         401: {"description": "no or wrong credential"},
-                         403: {"description": "the credential may not report for this node"}})
+    @app.post(
+        "/v1/reports",
+        summary="node agent report (schema headroom.dev/report/v1)",
+        openapi_extra=_body_schema(NodeReport, components),
+        responses={
+            **_responses(ReportResponse, components),
+            401: {"description": "no or wrong credential"},
+            403: {"description": "the credential may not report for this node"},
+        },
+    )
     async def reports(request: Request, who: Identity = Depends(writer)) -> Response:  # noqa: B008
         try:
             report = await decode(request, report_decoder, MAX_REPORT_BYTES)
@@ -353,28 +390,43 @@ def create_app(
             return JSONResponse({"detail": f"invalid report: {problem}"}, status_code=422)
         node = report.node  # type: ignore[attr-defined]
         if who.node is not None and who.node != node:
-            log.warning("report for another node refused",
-                        extra={"identity": who.name, "bound_node": who.node, "claimed": node})
-            return JSONResponse({"detail": f"forbidden: this agent's token is bound to node "
-                                 f"{who.node!r}; it may not report for node {node!r}"},
-                                status_code=403)
+            log.warning(
+                "report for another node refused",
+                extra={"identity": who.name, "bound_node": who.node, "claimed": node},
+            )
+            return JSONResponse(
+                {
+                    "detail": f"forbidden: this agent's token is bound to node "
+                    f"{who.node!r}; it may not report for node {node!r}"
+                },
+                status_code=403,
+            )
         response = service.report(report)  # type: ignore[arg-type]
         collect_due()  # reports leave most of what stays alive: collected here
         # once the agent has its answer: the plans of the shapes scheduled lately
-        return Response(encoder.encode(response), media_type=JSON,
-                        background=BackgroundTask(refresh_plans))
+        return Response(
+            encoder.encode(response), media_type=JSON, background=BackgroundTask(refresh_plans)
+        )
 
-    @app.post("/v1/pods/{uid}/release", summary="end a pod's allocations (standalone mode)",
-              responses={401: {"description": "no or wrong credential"},
-                         403: {"description": "agents may not release pods"}})
-    def release(uid: str, reason: str = "completed",
-                who: Identity = Depends(writer)) -> Response:  # noqa: B008
+    @app.post(
+        "/v1/pods/{uid}/release",
+        summary="end a pod's allocations (standalone mode)",
+        responses={
+            401: {"description": "no or wrong credential"},
+            403: {"description": "agents may not release pods"},
+        },
+    )
+    def release(uid: str, reason: str = "completed", who: Identity = Depends(writer)) -> Response:  # noqa: B008
         if not who.admin:
-            return JSONResponse({"detail": "forbidden: an agent token may only post reports; "
-                                 "releasing a pod needs the shared token"}, status_code=403)
+            return JSONResponse(
+                {
+                    "detail": "forbidden: an agent token may only post reports; "
+                    "releasing a pod needs the shared token"
+                },
+                status_code=403,
+            )
         if len(uid) > MAX_UID:
-            return JSONResponse({"detail": f"uid: at most {MAX_UID} characters"},
-                                status_code=400)
+            return JSONResponse({"detail": f"uid: at most {MAX_UID} characters"}, status_code=400)
         ended = service.release(uid, reason[:200])
         return JSONResponse({"pod_uid": uid, "ended": ended})
 
@@ -383,11 +435,13 @@ def create_app(
             return
         token = bearer(request.headers.get("authorization"))
         if token is None or not audit_token.matches(token):
-            raise HTTPException(401, "the audit API needs its bearer token",
-                                headers={"WWW-Authenticate": "Bearer"})
+            raise HTTPException(
+                401, "the audit API needs its bearer token", headers={"WWW-Authenticate": "Bearer"}
+            )
 
-    app.include_router(audit_router(lambda: service.ledger, service.clock),
-                       dependencies=[Depends(reader)])
+    app.include_router(
+        audit_router(lambda: service.ledger, service.clock), dependencies=[Depends(reader)]
+    )
 
     @app.get("/metrics", summary="Prometheus metrics")
     def metrics() -> Response:

@@ -187,8 +187,10 @@ class SchedulingService:
         if not len(passing) and names:
             self._unplaceable(args.Pod, result)
         if raws is not None:
-            return (msgspec.structs.replace(result, NodeNames=None),
-                    [raws[i] for i in passing.tolist()])
+            return (
+                msgspec.structs.replace(result, NodeNames=None),
+                [raws[i] for i in passing.tolist()],
+            )
         return result, None
 
     def refresh(self) -> int:
@@ -198,8 +200,9 @@ class SchedulingService:
         now, done = self.clock.now(), 0
         for demand in self.hot.recent(now):
             shape, evaluate = self._shape(demand, now)
-            parent = self.plans.parent(shape, now, self.inventory.seq, self._changed,
-                                       evaluate, self.config.stale_after)
+            parent = self.plans.parent(
+                shape, now, self.inventory.seq, self._changed, evaluate, self.config.stale_after
+            )
             if parent is None:  # none, or it must be rebuilt: the next filter does that
                 continue
             passing = self._filter_answer(parent, demand)[1].NodeNames
@@ -232,11 +235,12 @@ class SchedulingService:
         if passing is None:
             return None
         return passing, ExtenderFilterResult(
-            NodeNames=passing_list(names, passing), FailedNodes=result.FailedNodes,
-            FailedAndUnresolvableNodes=result.FailedAndUnresolvableNodes)
+            NodeNames=passing_list(names, passing),
+            FailedNodes=result.FailedNodes,
+            FailedAndUnresolvableNodes=result.FailedAndUnresolvableNodes,
+        )
 
-    def _reorder_source(self, demand: GpuDemand, names: Sequence[str],
-                        now: float) -> Plan | None:
+    def _reorder_source(self, demand: GpuDemand, names: Sequence[str], now: float) -> Plan | None:
         """The plan a list read by ids may permute answers of (device-plugin asks); None
         when a plan for the very list is kept (its replies are kept with it)."""
         if not isinstance(names, NameList) or names.ids is None or not demand.count:
@@ -244,12 +248,11 @@ class SchedulingService:
         shape, evaluate = self._shape(demand, now)
         if self.plans.kept(names, shape):
             return None
-        return self.plans.parent(shape, now, self.inventory.seq, self._changed, evaluate,
-                                 self.config.stale_after)
+        return self.plans.parent(
+            shape, now, self.inventory.seq, self._changed, evaluate, self.config.stale_after
+        )
 
-    def _filter_outcome(
-        self, plan: Plan, demand: GpuDemand
-    ) -> tuple[Ints, ExtenderFilterResult]:
+    def _filter_outcome(self, plan: Plan, demand: GpuDemand) -> tuple[Ints, ExtenderFilterResult]:
         """Passing positions (an array: kept with the plan, a list of hundreds of ints
         cost as much to free as to make) and a reason for each node that does not fit.
         A permuted list gets its parent's answer in its own order: narrowing passes every
@@ -280,8 +283,9 @@ class SchedulingService:
             passing = narrowed(plan.raw, plan.fits, plan.price, self.config.weights, eps)
         else:
             passing = np.flatnonzero(plan.fits)
-        result.NodeNames = self._last_passing = passing_list(plan.names, passing,
-                                                             self._last_passing)
+        result.NodeNames = self._last_passing = passing_list(
+            plan.names, passing, self._last_passing
+        )
         return passing, result
 
     def _unplaceable(self, pod: Pod, result: ExtenderFilterResult) -> None:
@@ -319,8 +323,11 @@ class SchedulingService:
         have ids there (no ``str``, no struct per node: ``namejson``). The last one is
         kept: pods of new shapes often pass the same nodes, and integer scores 0..10
         often come out the same too (then a compare instead of ~20 KB written)."""
-        if not (isinstance(names, NameList) and names.ids is not None
-                and names.token is self.names.token):
+        if not (
+            isinstance(names, NameList)
+            and names.ids is not None
+            and names.token is self.names.token
+        ):
             return _encoded(list(map(HostPriority, names, scores.tolist())))
         last = self._last_scores
         if last is not None and same_ids(last[0], names) and equal(last[1], scores):
@@ -329,8 +336,9 @@ class SchedulingService:
         self._last_scores = (names, scores, reply)
         return reply
 
-    def _reordered_priorities(self, demand: GpuDemand, names: Sequence[str],
-                              now: float) -> msgspec.Raw | None:
+    def _reordered_priorities(
+        self, demand: GpuDemand, names: Sequence[str], now: float
+    ) -> msgspec.Raw | None:
         """The reply for candidates that permute the nodes the shape's plan passes (what
         kube-scheduler sends after a reordered filter), each node's score read by its id
         and written with its name's bytes (``reorder``, ``namejson``); None for any
@@ -368,7 +376,8 @@ class SchedulingService:
         if reply is None:
             passed, result = self._filter_answer(parent, demand)
             reply = parent.derived["prioritize passing"] = self._scores_reply(
-                cast(NameList, result.NodeNames), self._passed_scores(parent, passed))
+                cast(NameList, result.NodeNames), self._passed_scores(parent, passed)
+            )
         return cast(msgspec.Raw, reply)
 
     def _passing_scores(self, parent: Plan, demand: GpuDemand) -> tuple[object, Ints, int] | None:
@@ -379,14 +388,16 @@ class SchedulingService:
             return None
         passed = self._filter_answer(parent, demand)[0]
         scores = self._passed_scores(parent, passed)
-        return (self.names.token, scores_by_id(parent_ids[passed], scores, self.names.count),
-                len(passed))
+        return (
+            self.names.token,
+            scores_by_id(parent_ids[passed], scores, self.names.count),
+            len(passed),
+        )
 
     def _passed_scores(self, parent: Plan, passed: Ints) -> Ints:
         """The integer scores of the plan's nodes at ``passed``, blended among themselves
         (as a plan of just those nodes would score them)."""
-        return priority_array(parent.raw, parent.fits, parent.price, self.config.weights,
-                              passed)
+        return priority_array(parent.raw, parent.fits, parent.price, self.config.weights, passed)
 
     def _names(self, args: ExtenderArgs) -> Sequence[str]:
         if args.NodeNames is not None:
@@ -419,13 +430,16 @@ class SchedulingService:
             evals, prices = self._evaluate_all_dra(pod, names, now)
             return Plan.of(names, -1, _outcome(evals, prices), self.config.stale_after)
         shape, evaluate = self._shape(demand, now)
-        return self.plans.plan(names, shape, now, self.inventory.seq, self._changed, evaluate,
-                               self.config.stale_after)
+        return self.plans.plan(
+            names, shape, now, self.inventory.seq, self._changed, evaluate, self.config.stale_after
+        )
 
     def _shape(self, demand: GpuDemand, now: float) -> tuple[Hashable, Evaluate]:
         """The key plans for this demand are kept under, and how they evaluate nodes."""
-        return ((demand.key, demand.capacity, self.mix.version),
-                lambda subset, rows: self._evaluate_names(subset, rows, demand, now))
+        return (
+            (demand.key, demand.capacity, self.mix.version),
+            lambda subset, rows: self._evaluate_names(subset, rows, demand, now),
+        )
 
     def _changed(self, plan: Plan) -> Ints | None:
         return self.inventory.columns().changed(plan.rows, plan.layout, plan.seq)
@@ -453,8 +467,7 @@ class SchedulingService:
                 if ev.reason:
                     failures[i] = (ev.reason, ev.unresolvable)
         else:
-            fits, raw = evaluate_rows(cols.whole(ctx.limits), live, demand, self.policy, ctx,
-                                      order)
+            fits, raw = evaluate_rows(cols.whole(ctx.limits), live, demand, self.policy, ctx, order)
         for i in unfit(fits).tolist():
             if i not in failures:
                 failures[i] = self._failure(names[i], bool(live[i] >= 0), demand, ctx, now)
@@ -688,11 +701,19 @@ class SchedulingService:
                 continue
             self.ledger.record_decision(d)
             self.ledger.mark_bound(d.pod.uid, now)
-            self.inventory.reserve([
-                Grant(d.pod.uid, d.pod.namespace, d.pod.name, d.node.name, g.gpu_uuid,
-                      g.memory_mib)
-                for g in d.grants
-            ])
+            self.inventory.reserve(
+                [
+                    Grant(
+                        d.pod.uid,
+                        d.pod.namespace,
+                        d.pod.name,
+                        d.node.name,
+                        g.gpu_uuid,
+                        g.memory_mib,
+                    )
+                    for g in d.grants
+                ]
+            )
             recorded += 1
         return recorded
 
@@ -786,8 +807,14 @@ class SchedulingService:
         per_gpu = price.per_gpu_hour if price else Decimal(0)
         # plain values only: kept per node, a signature holding objects would be walked
         # by every full garbage collection (5,000 of them, ~1/3 of its work)
-        signature = (facts.instance_type, facts.capacity_type, facts.zone, facts.nodepool,
-                     tuple(gpus), per_gpu)
+        signature = (
+            facts.instance_type,
+            facts.capacity_type,
+            facts.zone,
+            facts.nodepool,
+            tuple(gpus),
+            per_gpu,
+        )
         if self._recorded_nodes.get(name) == signature:
             return None
         self._recorded_nodes[name] = signature
@@ -851,8 +878,15 @@ def _failed(plan: Plan) -> ExtenderFilterResult:
 def _outcome(evals: list[Evaluation], prices: list[float | None]) -> Outcome:
     raw, fits, price = as_arrays(evals, prices)
     failures = {i: (e.reason, e.unresolvable) for i, e in enumerate(evals) if not e.fits}
-    return Outcome(fits, raw, price, np.zeros(len(evals)), failures,
-                   np.full(len(evals), -1, dtype=np.int64), -1)  # rows unknown: never patched
+    return Outcome(
+        fits,
+        raw,
+        price,
+        np.zeros(len(evals)),
+        failures,
+        np.full(len(evals), -1, dtype=np.int64),
+        -1,
+    )  # rows unknown: never patched
 
 
 def _annotations(grants: list[Grant]) -> dict[str, str]:

@@ -55,22 +55,26 @@ class CertReloader:
                     return False
                 self.context.load_cert_chain(self.cert_file, self.key_file)
             except (OSError, ssl.SSLError) as e:
-                log.warning("TLS certificate reload failed; keeping the last good one",
-                            extra={"cert_file": self.cert_file, "error": str(e)[:200]})
+                log.warning(
+                    "TLS certificate reload failed; keeping the last good one",
+                    extra={"cert_file": self.cert_file, "error": str(e)[:200]},
+                )
                 return False
             self._stamp = stamp
             self.reloads += 1
         log.info("TLS certificate reloaded", extra={"cert_file": self.cert_file})
         return True
 
-    def _on_hello(self, sock: ssl.SSLObject | ssl.SSLSocket, _name: str | None,
-                  ctx: ssl.SSLContext) -> None:
+    def _on_hello(
+        self, sock: ssl.SSLObject | ssl.SSLSocket, _name: str | None, ctx: ssl.SSLContext
+    ) -> None:
         if self.maybe_reload():
             # this connection was created before the reload: hand it the new chain too
             sock.context = ctx
 
     def watch(self, stop: threading.Event, every_s: float) -> threading.Thread:
         """A daemon thread that checks the files every ``every_s`` seconds."""
+
         def run() -> None:
             while not stop.wait(every_s):
                 self.maybe_reload(force=True)

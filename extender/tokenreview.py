@@ -67,8 +67,9 @@ class TokenReviewer:
     ) -> None:
         namespace, _, name = service_account.partition(":")
         if not namespace or not name:
-            raise ValueError(f"agent service account must be namespace:name, got "
-                             f"{service_account!r}")
+            raise ValueError(
+                f"agent service account must be namespace:name, got {service_account!r}"
+            )
         self._review = review
         self.audience = audience
         self.username = f"system:serviceaccount:{namespace}:{name}"
@@ -79,15 +80,16 @@ class TokenReviewer:
         self.reviews = 0  # TokenReviews sent (tests and metrics)
 
     @classmethod
-    def for_api(cls, api: client.ApiClient, audience: str, service_account: str,
-                **kw: Any) -> TokenReviewer:
+    def for_api(
+        cls, api: client.ApiClient, audience: str, service_account: str, **kw: Any
+    ) -> TokenReviewer:
         auth = client.AuthenticationV1Api(api)
 
         def review(token: str, aud: str) -> Any:
-            body = client.V1TokenReview(spec=client.V1TokenReviewSpec(token=token,
-                                                                      audiences=[aud]))
-            return call_with_retry(lambda: auth.create_token_review(body), is_transient,
-                                   deadline_s=REVIEW_DEADLINE_S)
+            body = client.V1TokenReview(spec=client.V1TokenReviewSpec(token=token, audiences=[aud]))
+            return call_with_retry(
+                lambda: auth.create_token_review(body), is_transient, deadline_s=REVIEW_DEADLINE_S
+            )
 
         return cls(review, audience, service_account, **kw)
 
@@ -114,8 +116,10 @@ class TokenReviewer:
         except Exception as e:
             # never str(e): an API error can carry the request, and the request the token.
             # The status says enough (403: the extender lacks RBAC for tokenreviews).
-            log.warning("TokenReview failed", extra={"error_type": type(e).__name__,
-                                                     "status": getattr(e, "status", None)})
+            log.warning(
+                "TokenReview failed",
+                extra={"error_type": type(e).__name__, "status": getattr(e, "status", None)},
+            )
             raise ReviewUnavailable(f"TokenReview failed ({type(e).__name__}); try again") from None
         identity = self._check(status)
         key = hashlib.sha256(token.encode()).digest()
@@ -128,20 +132,27 @@ class TokenReviewer:
 
     def _check(self, status: Any) -> Identity:
         if status is None or not status.authenticated:
-            return _refuse(401, f"token not accepted by the API server for audience "
-                                f"{self.audience!r}")
+            return _refuse(
+                401, f"token not accepted by the API server for audience {self.audience!r}"
+            )
         if status.audiences is not None and self.audience not in status.audiences:
             return _refuse(401, f"token is not for audience {self.audience!r}")
         user = status.user
         username = getattr(user, "username", "") or ""
         if username != self.username:
-            return _refuse(403, f"{username or 'this identity'} is not the headroom agent "
-                                f"({self.username}); only the agent may write reports")
+            return _refuse(
+                403,
+                f"{username or 'this identity'} is not the headroom agent "
+                f"({self.username}); only the agent may write reports",
+            )
         extra = getattr(user, "extra", None) or {}
         nodes = extra.get(NODE_NAME_EXTRA) or []
         if len(nodes) != 1 or not nodes[0]:
-            return _refuse(403, "token is not bound to a pod on a node (no "
-                                f"{NODE_NAME_EXTRA}); use the projected token of the agent pod")
+            return _refuse(
+                403,
+                "token is not bound to a pod on a node (no "
+                f"{NODE_NAME_EXTRA}); use the projected token of the agent pod",
+            )
         return Identity(username, nodes[0])
 
 

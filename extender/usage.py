@@ -47,9 +47,14 @@ def observations(report: NodeReport) -> list[Observation]:
 def discrepancies(report: NodeReport, grants: list[Grant]) -> list[Discrepancy]:
     granted = {(g.pod_uid, g.gpu_uuid): g.memory_mib for g in grants}
     out = [
-        Discrepancy(EventKind.OVERRUN, report.node, o.gpu_uuid, o.pod_uid,
-                    o.used_mib - granted[(o.pod_uid, o.gpu_uuid)],
-                    f"uses {o.used_mib} MiB, granted {granted[(o.pod_uid, o.gpu_uuid)]} MiB")
+        Discrepancy(
+            EventKind.OVERRUN,
+            report.node,
+            o.gpu_uuid,
+            o.pod_uid,
+            o.used_mib - granted[(o.pod_uid, o.gpu_uuid)],
+            f"uses {o.used_mib} MiB, granted {granted[(o.pod_uid, o.gpu_uuid)]} MiB",
+        )
         for o in observations(report)
         if (o.pod_uid, o.gpu_uuid) in granted
         and o.used_mib > granted[(o.pod_uid, o.gpu_uuid)] + OVERRUN_TOLERANCE_MIB
@@ -59,18 +64,35 @@ def discrepancies(report: NodeReport, grants: list[Grant]) -> list[Discrepancy]:
         by_pod[g.pod_uid].add(g.gpu_uuid)
     for leak in find_leaks(report, by_pod):
         gpu = leak.mig_uuid or leak.gpu_uuid
-        why = "its pod has no GPU grant on this node" if leak.kind == "no_grant" else (
-            f"its pod was granted {', '.join(leak.granted)}")
-        out.append(Discrepancy(EventKind.LEAK, report.node, gpu, leak.pod_uid,
-                               leak.used_mib or 0, f"pid {leak.pid} on {gpu}; {why}"))
+        why = (
+            "its pod has no GPU grant on this node"
+            if leak.kind == "no_grant"
+            else (f"its pod was granted {', '.join(leak.granted)}")
+        )
+        out.append(
+            Discrepancy(
+                EventKind.LEAK,
+                report.node,
+                gpu,
+                leak.pod_uid,
+                leak.used_mib or 0,
+                f"pid {leak.pid} on {gpu}; {why}",
+            )
+        )
     out.extend(_unaccounted(report, g) for g in report.gpus if _unaccounted_mib(g) > 0)
     return out
 
 
 def _unaccounted(report: NodeReport, gpu: GpuReport) -> Discrepancy:
     mib = _unaccounted_mib(gpu)
-    return Discrepancy(EventKind.UNACCOUNTED, report.node, gpu.uuid, "", mib,
-                       f"{mib} MiB used by no process the agent could attribute to a pod")
+    return Discrepancy(
+        EventKind.UNACCOUNTED,
+        report.node,
+        gpu.uuid,
+        "",
+        mib,
+        f"{mib} MiB used by no process the agent could attribute to a pod",
+    )
 
 
 def _unaccounted_mib(gpu: GpuReport) -> int:

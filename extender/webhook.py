@@ -73,8 +73,11 @@ def review_pod(review: Any, policy: WebhookPolicy) -> dict[str, Any]:
 def violations(pod: Mapping[str, Any]) -> list[str]:
     """One sentence per container that can see GPUs it did not ask for."""
     spec = _field(pod, "spec", Mapping, "")
-    claims = {c["name"] for c in _field(spec, "resourceClaims", list, "spec", [])
-              if isinstance(c, Mapping) and isinstance(c.get("name"), str)}
+    claims = {
+        c["name"]
+        for c in _field(spec, "resourceClaims", list, "spec", [])
+        if isinstance(c, Mapping) and isinstance(c.get("name"), str)
+    }
     out: list[str] = []
     for list_name in _CONTAINER_LISTS:
         for i, container in enumerate(_field(spec, list_name, list, "spec", [])):
@@ -87,8 +90,9 @@ def violations(pod: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def _container_problem(container: Mapping[str, Any], list_name: str, claims: set[str],
-                       where: str) -> str | None:
+def _container_problem(
+    container: Mapping[str, Any], list_name: str, claims: set[str], where: str
+) -> str | None:
     entry = _visible_devices(container, where)
     if entry is None:
         return None
@@ -105,8 +109,10 @@ def _container_problem(container: Mapping[str, Any], list_name: str, claims: set
         setting = f"sets {VARIABLE}={value}"
     if _asks_for_gpu(container, claims, where):
         return None
-    return (f"{label} {setting} but requests no GPU; remove the variable or request "
-            f"{GPU_RESOURCE} / a ResourceClaim")
+    return (
+        f"{label} {setting} but requests no GPU; remove the variable or request "
+        f"{GPU_RESOURCE} / a ResourceClaim"
+    )
 
 
 def _visible_devices(container: Mapping[str, Any], where: str) -> Mapping[str, Any] | None:
@@ -127,8 +133,10 @@ def _asks_for_gpu(container: Mapping[str, Any], claims: set[str], where: str) ->
             if (name == GPU_RESOURCE or str(name).startswith(MIG_PREFIX)) and _positive(amount):
                 return True
     used = _field(resources, "claims", list, f"{where}.resources", [])
-    return any(isinstance(c, Mapping) and isinstance(c.get("name"), str) and c["name"] in claims
-               for c in used)
+    return any(
+        isinstance(c, Mapping) and isinstance(c.get("name"), str) and c["name"] in claims
+        for c in used
+    )
 
 
 def _positive(amount: Any) -> bool:
@@ -142,8 +150,10 @@ def _request(review: Any) -> Mapping[str, Any]:
     if not isinstance(review, Mapping):
         raise BadReview("body must be a JSON object (an AdmissionReview)")
     if review.get("apiVersion") != API_VERSION or review.get("kind") != "AdmissionReview":
-        raise BadReview(f"expected apiVersion {API_VERSION} kind AdmissionReview, got "
-                        f"{review.get('apiVersion')!r} {review.get('kind')!r}")
+        raise BadReview(
+            f"expected apiVersion {API_VERSION} kind AdmissionReview, got "
+            f"{review.get('apiVersion')!r} {review.get('kind')!r}"
+        )
     request = review.get("request")
     if not isinstance(request, Mapping):
         raise BadReview("AdmissionReview has no request object")
@@ -178,8 +188,9 @@ def _map(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def _response(uid: str, allowed: bool, message: str = "",
-              warnings: list[str] | None = None) -> dict[str, Any]:
+def _response(
+    uid: str, allowed: bool, message: str = "", warnings: list[str] | None = None
+) -> dict[str, Any]:
     response: dict[str, Any] = {"uid": uid, "allowed": allowed}
     if not allowed:
         response["status"] = {"code": 403, "reason": "Forbidden", "message": message}

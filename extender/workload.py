@@ -25,7 +25,10 @@ DEFAULT_MIX: tuple[tuple[Shape, float], ...] = (
 
 class WorkloadMix:
     def __init__(
-        self, decay: float = 0.999, publish_every: int = 50, top: int = 8,
+        self,
+        decay: float = 0.999,
+        publish_every: int = 50,
+        top: int = 8,
         tolerance: float = 0.02,
     ) -> None:
         self._weights: dict[Shape, float] = {}  # in units of ``_unit``

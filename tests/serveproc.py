@@ -21,8 +21,10 @@ from extender.clock import SystemClock
 from extender.simulate.server_thread import free_port
 
 TOKEN = "test-agent-token"
-LABELS = {"node.kubernetes.io/instance-type": "g5.12xlarge",
-          "karpenter.sh/capacity-type": "on-demand"}
+LABELS = {
+    "node.kubernetes.io/instance-type": "g5.12xlarge",
+    "karpenter.sh/capacity-type": "on-demand",
+}
 
 
 @dataclass
@@ -44,11 +46,24 @@ class ServeProc:
         token.write_text(TOKEN)
         log = open(self.workdir / f"serve-{self.starts}.log", "wb")  # noqa: SIM115
         self.starts += 1
-        cmd = [sys.executable, "-m", "extender.cli", "serve", "--host", "127.0.0.1",
-               "--port", str(self.port), "--db", self.db, "--agent-token-file", str(token),
-               *self.extra]
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        cmd = [
+            sys.executable,
+            "-m",
+            "extender.cli",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--db",
+            self.db,
+            "--agent-token-file",
+            str(token),
+            *self.extra,
+        ]
+        self.proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -76,8 +91,9 @@ class ServeProc:
                 self.kill()
 
     def log_tail(self, n: int = 4000) -> str:
-        return "\n".join(p.read_text(errors="replace")[-n:]
-                         for p in sorted(self.workdir.glob("serve-*.log")))
+        return "\n".join(
+            p.read_text(errors="replace")[-n:] for p in sorted(self.workdir.glob("serve-*.log"))
+        )
 
     def report(
         self, node: str, spec: str = "4xA10G:24Gi", labels: dict[str, str] | None = LABELS
@@ -88,7 +104,11 @@ class ServeProc:
             self.drivers[node] = SimulatedDriver(spec, seed=1, node=node)
         d = self.drivers[node]
         rep = build_report(d, node, d.attribute, SystemClock(), labels=labels)
-        r = httpx.post(self.url + "/v1/reports", content=msgspec.json.encode(rep),
-                       headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
+        r = httpx.post(
+            self.url + "/v1/reports",
+            content=msgspec.json.encode(rep),
+            headers={"Authorization": f"Bearer {TOKEN}"},
+            timeout=10,
+        )
         r.raise_for_status()
         return r

@@ -24,17 +24,21 @@ def still_serving(ext: Extender) -> None:
     assert body["NodeNames"] == ["n1"]
 
 
-@pytest.mark.parametrize(("verb", "body", "expect"), [
-    ("filter", b"{not json", "malformed request"),
-    ("filter", b'{"Pod": 5, "NodeNames": ["n1"]}', "got `int` - at `$.Pod`"),
-    ("filter", b'{"Pod": {}, "NodeNames": "n1"}', "at `$.NodeNames`"),
-    ("prioritize", b'[1,2,3]', "malformed request"),
-    ("bind", b'{"PodName": 1}', "at `$.PodName`"),
-    ("bind", b'{"PodName": "x"}', "missing PodNamespace, PodUID, Node"),
-    ("preempt", b'{"Pod": {"metadata": {"name": 7}}}', "at `$.Pod.metadata.name`"),
-])
-def test_malformed_bodies_get_400_naming_the_field(ext: Extender, verb: str, body: bytes,
-                                                   expect: str) -> None:
+@pytest.mark.parametrize(
+    ("verb", "body", "expect"),
+    [
+        ("filter", b"{not json", "malformed request"),
+        ("filter", b'{"Pod": 5, "NodeNames": ["n1"]}', "got `int` - at `$.Pod`"),
+        ("filter", b'{"Pod": {}, "NodeNames": "n1"}', "at `$.NodeNames`"),
+        ("prioritize", b"[1,2,3]", "malformed request"),
+        ("bind", b'{"PodName": 1}', "at `$.PodName`"),
+        ("bind", b'{"PodName": "x"}', "missing PodNamespace, PodUID, Node"),
+        ("preempt", b'{"Pod": {"metadata": {"name": 7}}}', "at `$.Pod.metadata.name`"),
+    ],
+)
+def test_malformed_bodies_get_400_naming_the_field(
+    ext: Extender, verb: str, body: bytes, expect: str
+) -> None:
     r = ext.post(verb, body)
     assert r.status_code == 400
     assert expect in r.json()["Error"]
@@ -55,9 +59,13 @@ def test_missing_pod_and_bad_annotation_use_the_protocol_error(ext: Extender) ->
 def test_both_nodes_and_node_names_are_refused(ext: Extender, verb: str, items: list) -> None:
     """kube-scheduler sends one list or the other; with both, the reply could not say
     which it answers (the fuzz test found a 500 here: a filter echoing an empty Nodes)."""
-    for pod in (gpu_pod("both", memory="1Gi"),
-                {"metadata": {"name": "dra", "namespace": "ml", "uid": "u-dra"},
-                 "spec": {"containers": [], "resourceClaims": [{}]}}):
+    for pod in (
+        gpu_pod("both", memory="1Gi"),
+        {
+            "metadata": {"name": "dra", "namespace": "ml", "uid": "u-dra"},
+            "spec": {"containers": [], "resourceClaims": [{}]},
+        },
+    ):
         r = ext.post(verb, {"Pod": pod, "Nodes": {"items": items}, "NodeNames": ["n1"]})
         assert r.status_code == 400 and "both Nodes and NodeNames" in r.json()["Error"]
     still_serving(ext)
@@ -74,18 +82,25 @@ def test_unknown_node_names_fail_with_a_reason(ext: Extender) -> None:
     body = ext.post("filter", ext.schedule_args(gpu_pod("p"), ["n1", "ghost"])).json()
     assert body["NodeNames"] == ["n1"]
     assert "no report from the headroom agent" in body["FailedAndUnresolvableNodes"]["ghost"]
-    r = ext.post("bind", {"PodName": "p", "PodNamespace": "ml", "PodUID": "uid-p",
-                          "Node": "ghost"}).json()
+    r = ext.post(
+        "bind", {"PodName": "p", "PodNamespace": "ml", "PodUID": "uid-p", "Node": "ghost"}
+    ).json()
     assert "node ghost" in r["Error"]
-    unseen = ext.post("bind", {"PodName": "q", "PodNamespace": "ml", "PodUID": "uid-q",
-                               "Node": "n1"}).json()
+    unseen = ext.post(
+        "bind", {"PodName": "q", "PodNamespace": "ml", "PodUID": "uid-q", "Node": "n1"}
+    ).json()
     assert "was not seen by filter" in unseen["Error"]
     assert ext.built.service.ledger.active() == []
 
 
 def report_body(**overrides: object) -> dict:
-    gpu = {"uuid": "GPU-x", "index": 0, "model": "A10G", "memory_total_mib": 24576,
-           "memory_used_mib": 100}
+    gpu = {
+        "uuid": "GPU-x",
+        "index": 0,
+        "model": "A10G",
+        "memory_total_mib": 24576,
+        "memory_used_mib": 100,
+    }
     body: dict = {"node": "n9", "sampled_at": 1.0, "schema": SCHEMA_V1, "gpus": [gpu]}
     body.update(overrides)
     return body
@@ -106,8 +121,12 @@ def test_report_refusals_change_nothing(ext: Extender) -> None:
         (b"{", TOKEN, 422, "invalid report"),
         (report_body(gpus="many"), TOKEN, 422, "$.gpus"),
         (report_body(schema="v0"), TOKEN, 422, "schema: unsupported"),
-        (report_body(gpus=[{**report_body()["gpus"][0], "memory_used_mib": 30000}]), TOKEN, 422,
-         "gpus[0].memory_used_mib"),
+        (
+            report_body(gpus=[{**report_body()["gpus"][0], "memory_used_mib": 30000}]),
+            TOKEN,
+            422,
+            "gpus[0].memory_used_mib",
+        ),
         (report_body(gpus=[report_body()["gpus"][0]] * 2), TOKEN, 422, "duplicate"),
         (b'{"node": "n9", "pad": "' + b"x" * (5 * 1024 * 1024) + b'"}', TOKEN, 413, "exceeds"),
     ]
@@ -123,12 +142,28 @@ def test_report_refusals_change_nothing(ext: Extender) -> None:
 
 def test_admission_webhook_is_served_by_the_extender(ext: Extender) -> None:
     """The guardrail route is mounted on the extender's own server (the Service's port)."""
-    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-              "request": {"uid": "r1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                          "operation": "CREATE", "namespace": "ml", "object": {
-                              "metadata": {"name": "sneaky", "namespace": "ml"},
-                              "spec": {"containers": [{"name": "c", "image": "x", "env": [
-                                  {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}]}}}}
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "r1",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "operation": "CREATE",
+            "namespace": "ml",
+            "object": {
+                "metadata": {"name": "sneaky", "namespace": "ml"},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "c",
+                            "image": "x",
+                            "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}],
+                        }
+                    ]
+                },
+            },
+        },
+    }
     r = ext.client.post("/admit/pods", json=review)
     assert r.status_code == 200
     response = r.json()["response"]

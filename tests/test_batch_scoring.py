@@ -88,8 +88,10 @@ def test_an_example_by_hand() -> None:
     empty = NodeView("b", (GpuView("g1", 0, "A10G", 24_576, 0),), "on-demand")
     full = NodeView("c", (GpuView("g2", 0, "A10G", 24_576, 24_000, 24_000),), "spot")
     fits, raw = evaluate_batch(
-        GpuBatch.from_views([busy, empty, full], lim), GpuDemand(1, 8192),
-        policy_by_name("binpack"), Context(lim),
+        GpuBatch.from_views([busy, empty, full], lim),
+        GpuDemand(1, 8192),
+        policy_by_name("binpack"),
+        Context(lim),
     )
     assert fits.tolist() == [True, True, False]
     assert raw[0] == 1.0 and raw[1] == 8192 / 24_576
@@ -143,8 +145,12 @@ def test_rows_in_runs_read_as_rows_anywhere(
     whole = GpuBatch.from_views(many, ctx.limits)
     gap = np.arange(700, dtype=np.int64)
     gap[cut % 700] = -1
-    for rows in (np.arange(cut % 700, 700, dtype=np.int64), np.arange(700, dtype=np.int64),
-                 gap, np.arange(700, dtype=np.int64)[::-1].copy()):
+    for rows in (
+        np.arange(cut % 700, 700, dtype=np.int64),
+        np.arange(700, dtype=np.int64),
+        gap,
+        np.arange(700, dtype=np.int64)[::-1].copy(),
+    ):
         fits, raw = evaluate_rows(whole, rows, demand, pol, ctx)
         live = rows[rows >= 0]
         want_fits, want_raw = evaluate_batch(whole.take(live), demand, pol, ctx)
@@ -153,7 +159,9 @@ def test_rows_in_runs_read_as_rows_anywhere(
         assert not fits[rows < 0].any()
         order = np.argsort(rows, kind="stable")  # read in row order, answered in list order
         assert [a.tolist() for a in evaluate_rows(whole, rows, demand, pol, ctx, order)] == [
-            fits.tolist(), raw.tolist()]
+            fits.tolist(),
+            raw.tolist(),
+        ]
 
 
 def test_long_lists_are_read_in_row_order() -> None:
@@ -162,8 +170,12 @@ def test_long_lists_are_read_in_row_order() -> None:
     cols = NodeColumns()
     names = [f"n{i}" for i in range(300)]
     for i in np.random.default_rng(3).permutation(300).tolist():  # reports in any order
-        cols.write(NodeView(names[i], (GpuView(f"g{i}", 0, "A10G", 24_576, 0),), "spot"),
-                   1.0, True, stamp=i + 1)
+        cols.write(
+            NodeView(names[i], (GpuView(f"g{i}", 0, "A10G", 24_576, 0),), "spot"),
+            1.0,
+            True,
+            stamp=i + 1,
+        )
     rows = cols.rows(names)
     order = cols.ascending(rows)
     assert order is not None and rows[order].tolist() == sorted(rows.tolist())
@@ -182,8 +194,9 @@ def test_inventory_columns_read_availability_and_prices() -> None:
     lim = Limits()
     for i, (received, ok) in enumerate([(100.0, True), (50.0, True), (100.0, False)]):
         gpus = (GpuView(f"g{i}", 0, "A10G", 24_576, 1000 * i),)
-        cols.write(NodeView(f"n{i}", gpus, "spot", "g5.xlarge", 0.01 * (i + 1)), received, ok,
-                   stamp=i + 1)
+        cols.write(
+            NodeView(f"n{i}", gpus, "spot", "g5.xlarge", 0.01 * (i + 1)), received, ok, stamp=i + 1
+        )
     live, price, received = cols.read(cols.rows(["n0", "n1", "n2", "nope"]), 120.0, 30.0)
     assert live.tolist() == [cols.rows(["n0"])[0], -1, -1, -1]  # n1 stale, n2 unschedulable
     assert price[0] == 0.01 and np.isnan(price[1:]).all()
@@ -194,12 +207,17 @@ def test_inventory_columns_read_availability_and_prices() -> None:
     busy_mig = GpuView("m0", 1, "A100", 10_240, 5_000, 0, "1g.10gb")
     rows, layout = cols.rows(["n2", "n1", "n0"]), cols.layout
     assert cols.changed(rows, layout, since=1).tolist() == [0, 1]  # n2, n1: written after 1
-    cols.write(NodeView("n0", (GpuView("g0", 0, "A10G", 24_576, 20_000), busy_mig), "spot"),
-               110.0, True, stamp=7)
+    cols.write(
+        NodeView("n0", (GpuView("g0", 0, "A10G", 24_576, 20_000), busy_mig), "spot"),
+        110.0,
+        True,
+        stamp=7,
+    )
     assert cols.changed(rows, layout, since=3).tolist() == [2]  # n0 again, at 7
     assert cols.whole(lim).committed[0, row] == 20_000 and cols.whole(lim).mig_busy[row]
     for i in range(3, 600):  # the columns grow: the batch is built again over the new ones
-        cols.write(NodeView(f"n{i}", (GpuView(f"g{i}", 0, "A10G", 24_576, 0),), "spot"), 1.0, True,
-                   stamp=8)
+        cols.write(
+            NodeView(f"n{i}", (GpuView(f"g{i}", 0, "A10G", 24_576, 0),), "spot"), 1.0, True, stamp=8
+        )
     assert cols.changed(rows, layout, since=7) is None  # new rows: the old ones are void
     assert cols.whole(lim).total.shape[1] >= 600 and cols.whole(lim).mig_busy[row]

@@ -13,24 +13,41 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize(("script", "args", "row"), [
-    ("bench/latency.py", ["--sizes", "30", "--requests", "3", "--nodes-mode-requests", "2",
-                          "--slowest", "1"],
-     "| 30 | NodeNames | shuffled | 3 |"),
-    ("bench/latency.py", ["--sizes", "30", "--requests", "2", "--nodes-mode-requests", "2",
-                          "--client", "lean"],
-     "| 30 | Nodes | shuffled | 2 |"),
-    pytest.param("bench/latency.py", ["--sizes", "30", "--requests", "2",
-                                      "--nodes-mode-requests", "2", "--client", "go"],
-                 "| 30 | Nodes | shuffled | 2 |",
-                 marks=pytest.mark.skipif(shutil.which("go") is None, reason="needs Go")),
-    ("bench/phases.py", ["--nodes", "30", "--pods", "3"], "| shuffled |"),
-    ("bench/sections.py", ["--nodes", "30", "--pods", "3", "--shapes", "shuffled"],
-     "| shuffled | prioritize | whole request | 4 |"),  # 3 pods after a warm-up pod
-    ("bench/names.py", ["--nodes", "30", "--reads", "3"], "| simulated (node-00042) |"),
-])
+@pytest.mark.parametrize(
+    ("script", "args", "row"),
+    [
+        (
+            "bench/latency.py",
+            ["--sizes", "30", "--requests", "3", "--nodes-mode-requests", "2", "--slowest", "1"],
+            "| 30 | NodeNames | shuffled | 3 |",
+        ),
+        (
+            "bench/latency.py",
+            ["--sizes", "30", "--requests", "2", "--nodes-mode-requests", "2", "--client", "lean"],
+            "| 30 | Nodes | shuffled | 2 |",
+        ),
+        pytest.param(
+            "bench/latency.py",
+            ["--sizes", "30", "--requests", "2", "--nodes-mode-requests", "2", "--client", "go"],
+            "| 30 | Nodes | shuffled | 2 |",
+            marks=pytest.mark.skipif(shutil.which("go") is None, reason="needs Go"),
+        ),
+        ("bench/phases.py", ["--nodes", "30", "--pods", "3"], "| shuffled |"),
+        (
+            "bench/sections.py",
+            ["--nodes", "30", "--pods", "3", "--shapes", "shuffled"],
+            "| shuffled | prioritize | whole request | 4 |",
+        ),  # 3 pods after a warm-up pod
+        ("bench/names.py", ["--nodes", "30", "--reads", "3"], "| simulated (node-00042) |"),
+    ],
+)
 def test_a_bench_command_prints_its_table(script: str, args: list[str], row: str) -> None:
-    done = subprocess.run([sys.executable, str(ROOT / script), *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / script), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert row in done.stdout, done.stdout

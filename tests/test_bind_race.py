@@ -19,8 +19,10 @@ def test_fifty_binds_race_for_one_gpu_exactly_the_ones_that_fit_win(tmp_path: Pa
             assert ext.post("filter", ext.schedule_args(p, ["n1"])).json()["NodeNames"] == ["n1"]
 
         def bind(i: int) -> str:
-            return ext.post("bind", {"PodName": f"r{i}", "PodNamespace": "ml",
-                                     "PodUID": f"uid-r{i}", "Node": "n1"}).json()["Error"]
+            return ext.post(
+                "bind",
+                {"PodName": f"r{i}", "PodNamespace": "ml", "PodUID": f"uid-r{i}", "Node": "n1"},
+            ).json()["Error"]
 
         with ThreadPoolExecutor(max_workers=50) as pool:
             errors = list(pool.map(bind, range(50)))
@@ -48,8 +50,9 @@ def test_failed_binding_rolls_back_reservation_and_marks_row_failed(tmp_path: Pa
     with running_extender(tmp_path, binder=FailingBinder()) as ext:
         ext.add_node("n1", "1xA10G:24Gi")
         ext.post("filter", ext.schedule_args(gpu_pod("f1", memory="20Gi"), ["n1"]))
-        r = ext.post("bind", {"PodName": "f1", "PodNamespace": "ml", "PodUID": "uid-f1",
-                              "Node": "n1"}).json()
+        r = ext.post(
+            "bind", {"PodName": "f1", "PodNamespace": "ml", "PodUID": "uid-f1", "Node": "n1"}
+        ).json()
         assert "409 Conflict" in r["Error"]
         (row,) = ext.built.service.ledger.for_pod("uid-f1")
         assert row.status is Status.FAILED and row.ended_at is not None

@@ -47,28 +47,51 @@ def test_after_warm_up_requests_compile_nothing_more() -> None:
     from extender.scoring.model import GpuView, NodeView
 
     compiled.warm_up()
-    kernels = [fragmentation._greedy, fragmentation._greedy_one, blend_kernel,
-               batch._chosen_fill, batch._node_fill, columns._read, columns._changed,
-               narrowing._passing, plans._merge, plans._take_by_ids, batch.unfit,
-               framework._priorities, plans._received]
+    kernels = [
+        fragmentation._greedy,
+        fragmentation._greedy_one,
+        blend_kernel,
+        batch._chosen_fill,
+        batch._node_fill,
+        columns._read,
+        columns._changed,
+        narrowing._passing,
+        plans._merge,
+        plans._take_by_ids,
+        batch.unfit,
+        framework._priorities,
+        plans._received,
+    ]
     before = [len(k.signatures) for k in kernels]
     lim = Limits()
-    nodes = [NodeView(f"n{i}", tuple(GpuView(f"g{i}{j}", j, "A10G", 24_576, 1000 * i * j)
-                                     for j in range(4)), "spot", "g5.12xlarge", 0.01)
-             for i in range(5)]
+    nodes = [
+        NodeView(
+            f"n{i}",
+            tuple(GpuView(f"g{i}{j}", j, "A10G", 24_576, 1000 * i * j) for j in range(4)),
+            "spot",
+            "g5.12xlarge",
+            0.01,
+        )
+        for i in range(5)
+    ]
     cols = NodeColumns()
     for view in nodes:
         cols.write(view, 10.0, True, stamp=1)
     cols.changed(cols.rows([v.name for v in nodes]), cols.layout, 0)
     live, price, received = cols.read(cols.rows([v.name for v in nodes]), 20.0, 30.0)
     rows = GpuBatch.from_views(nodes, lim)
-    for demand in (GpuDemand(1, 4096), GpuDemand(2, None), GpuDemand(3, 20_000),
-                   GpuDemand(1, 4096, CapacityPref.ON_DEMAND)):
+    for demand in (
+        GpuDemand(1, 4096),
+        GpuDemand(2, None),
+        GpuDemand(3, 20_000),
+        GpuDemand(1, 4096, CapacityPref.ON_DEMAND),
+    ):
         for policy in ("headroom", "fgd", "binpack", "spread"):
             fits, raw = evaluate_batch(rows, demand, policy_by_name(policy), Context(lim))
             blended_array(raw, fits, np.full(len(raw), 0.01), Weights(2, 1))
-            fits, raw = evaluate_rows(cols.whole(lim), live, demand, policy_by_name(policy),
-                                      Context(lim))
+            fits, raw = evaluate_rows(
+                cols.whole(lim), live, demand, policy_by_name(policy), Context(lim)
+            )
             narrowing.passing(raw, fits, price, Weights(2, 1), 0.05)
             redo = np.arange(2, dtype=np.int64)
             plans._merge(fits, raw, price, redo, fits[:2], raw[:2], price[:2], received[:2])

@@ -107,9 +107,11 @@ def test_bad_override_names_the_entry(tmp_path: Path) -> None:
         load_pricebook(str(f))
 
 
-@given(st.integers(0, 10**9), st.sampled_from(["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "k",
-                                                  "M", "G", "T", "P", "E"]),
-       st.sampled_from(["", " "]))
+@given(
+    st.integers(0, 10**9),
+    st.sampled_from(["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "k", "M", "G", "T", "P", "E"]),
+    st.sampled_from(["", " "]),
+)
 def test_whole_quantities_read_by_integers_as_by_decimal(n: int, suffix: str, pad: str) -> None:
     """Digits and a suffix (what pods write) take an integer path: the same MiB, rounded
     up, as the Decimal reading of the same text (up to 28 digits, where Decimal's

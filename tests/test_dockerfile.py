@@ -33,8 +33,14 @@ CACHE = Path(os.environ.get("HEADROOM_TOOLS_CACHE", Path.home() / ".cache" / "he
 
 # Network settings of the host's pip are kept; anything else PIP_* (find-links, no-index,
 # ...) or PYTHON* would make the replay differ from a clean image.
-_KEEP_ENV = {"PIP_CERT", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_TRUSTED_HOST",
-             "PIP_DEFAULT_TIMEOUT", "PIP_PROXY"}
+_KEEP_ENV = {
+    "PIP_CERT",
+    "PIP_INDEX_URL",
+    "PIP_EXTRA_INDEX_URL",
+    "PIP_TRUSTED_HOST",
+    "PIP_DEFAULT_TIMEOUT",
+    "PIP_PROXY",
+}
 
 
 # ------------------------------------------------------------------ parsing
@@ -150,13 +156,17 @@ class Replay:
         return self.root / p.lstrip("/")
 
     def map_abs(self, text: str) -> str:
-        return re.sub(r"(?<![\w.$-])(/[A-Za-z0-9_.][^\s:;&|'\"]*)",
-                      lambda m: str(self.path(m.group(1))), text)
+        return re.sub(
+            r"(?<![\w.$-])(/[A-Za-z0-9_.][^\s:;&|'\"]*)", lambda m: str(self.path(m.group(1))), text
+        )
 
     def run_stage(self, stage: Stage) -> dict[str, str]:
         cwd = self.root
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("PIP_", "PYTHON", "VIRTUAL_ENV")) or k in _KEEP_ENV}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("PIP_", "PYTHON", "VIRTUAL_ENV")) or k in _KEEP_ENV
+        }
         env["PATH"] = f"{self.bin}:{env.get('PATH', '/usr/bin:/bin')}"
         env["HOME"] = str(self.path("/root"))  # builds run as root: pip's cache is /root/.cache
         for step in stage.steps:
@@ -185,7 +195,8 @@ class Replay:
             for m in matches:
                 rel = m.relative_to(ROOT).as_posix()
                 assert m.exists() and not ignored(rel, self.rules), (
-                    f"COPY {src}: not in the build context (missing or .dockerignore'd)")
+                    f"COPY {src}: not in the build context (missing or .dockerignore'd)"
+                )
                 if m.is_dir():
                     for f in sorted(m.rglob("*")):
                         frel = f.relative_to(ROOT).as_posix()
@@ -217,11 +228,19 @@ class Replay:
             else:
                 raise AssertionError(f"mount type {opts['type']} is not replayed")
         command = self.map_abs(step.args)
-        proc = subprocess.run(["bash", "-euo", "pipefail", "-c", command], cwd=cwd, env=env,
-                              capture_output=True, text=True, timeout=600, check=False)
+        proc = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", command],
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
         assert proc.returncode == 0, (
             f"RUN {step.args}\n(replayed as: {command})\n{proc.stdout[-3000:]}\n"
-            f"{proc.stderr[-6000:]}")
+            f"{proc.stderr[-6000:]}"
+        )
         self.log.append(f"RUN {step.args}")
 
 
@@ -267,8 +286,15 @@ def test_dockerfile_installs_a_working_headroom(tmp_path: Path) -> None:
     assert not (venv / "bin" / "pip").exists(), "no pip inside the runtime venv"
 
     def headroom(*argv: str) -> str:
-        proc = subprocess.run([entry, *argv], env=env, capture_output=True, text=True,
-                              timeout=120, cwd=tmp_path, check=False)
+        proc = subprocess.run(
+            [entry, *argv],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+            check=False,
+        )
         assert proc.returncode == 0, f"headroom {' '.join(argv)}:\n{proc.stderr[-4000:]}"
         return proc.stdout
 
@@ -296,7 +322,15 @@ def test_dockerfile_installs_a_working_headroom(tmp_path: Path) -> None:
         "            bad.append(f'{m.name}: {type(e).__name__}: {e}')\n"
         "print('\\n'.join(bad)); sys.exit(1 if bad else 0)\n"
     )
-    proc = subprocess.run([str(venv / "bin" / "python"), "-c", probe], env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300, check=False)
+    proc = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", probe],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, (
-        f"modules that do not import in the image:\n{proc.stdout}{proc.stderr}")
+        f"modules that do not import in the image:\n{proc.stdout}{proc.stderr}"
+    )

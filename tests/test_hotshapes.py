@@ -26,12 +26,14 @@ def svc(tmp_path: Path) -> Iterator[SchedulingService]:
 
 
 def no_evaluation(monkeypatch: pytest.MonkeyPatch, svc: SchedulingService) -> None:
-    monkeypatch.setattr(svc, "_evaluate_names",
-                        lambda *a: pytest.fail("evaluated on the scheduling cycle"))
+    monkeypatch.setattr(
+        svc, "_evaluate_names", lambda *a: pytest.fail("evaluated on the scheduling cycle")
+    )
 
 
 def test_the_next_pod_of_a_hot_shape_finds_its_answer_made(
-        svc: SchedulingService, monkeypatch: pytest.MonkeyPatch) -> None:
+    svc: SchedulingService, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ask = Asker(svc, monkeypatch)
     _, passing = ask.filter("p0", NODES)
     gone = passing[0]
@@ -47,7 +49,8 @@ def test_the_next_pod_of_a_hot_shape_finds_its_answer_made(
 
 
 def test_only_shapes_filtered_lately_are_refreshed(
-        svc: SchedulingService, monkeypatch: pytest.MonkeyPatch) -> None:
+    svc: SchedulingService, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """At most ``refresh_shapes`` of them, the latest first, and none filtered longer than
     ``refresh_window`` ago: those are patched by their next filter, as before."""
     ask = Asker(svc, monkeypatch)
@@ -79,7 +82,7 @@ def test_hot_shapes_keep_the_latest_within_the_window() -> None:
 
 
 def test_the_server_refreshes_after_answering_a_report(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Over HTTP: a report's reply comes first, then the hot shape's plan is patched (the
     next request on the connection finds it done); a refresh that fails is logged and
@@ -114,7 +117,8 @@ def test_the_server_refreshes_after_answering_a_report(
 
 
 def test_after_a_bind_the_next_replica_finds_its_answer_made(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A bind reserves memory on the chosen node (a change every plan listing it must
     see); once the bind is answered the hot shape's plan is patched, so the next replica's
     filter evaluates nothing and sees the reservation."""
@@ -124,13 +128,13 @@ def test_after_a_bind_the_next_replica_finds_its_answer_made(
         names = [f"n{i}" for i in range(4)]
         first = ext.post("filter", ext.schedule_args(gpu_pod("p0", memory="20Gi"), names))
         chosen = first.json()["NodeNames"][0]
-        bound = ext.post("bind", {"PodName": "p0", "PodNamespace": "ml", "PodUID": "uid-p0",
-                                  "Node": chosen})
+        bound = ext.post(
+            "bind", {"PodName": "p0", "PodNamespace": "ml", "PodUID": "uid-p0", "Node": chosen}
+        )
         assert bound.status_code == 200 and not bound.json().get("Error")
         ext.client.get("/healthz")
         with monkeypatch.context() as m:
             no_evaluation(m, ext.built.service)
-            again = ext.post("filter", ext.schedule_args(gpu_pod("p1", memory="20Gi"),
-                                                         names))
+            again = ext.post("filter", ext.schedule_args(gpu_pod("p1", memory="20Gi"), names))
         assert again.status_code == 200
         assert chosen in again.json()["FailedNodes"]  # 20 GiB of its 24 reserved

@@ -52,9 +52,18 @@ DASHBOARD_METRICS = (
 
 # The deployable variants and the kinds each build must produce (exact counts).
 _COMMON = {
-    "Namespace": 1, "ServiceAccount": 2, "ClusterRole": 1, "ClusterRoleBinding": 3,
-    "Role": 1, "RoleBinding": 2, "ConfigMap": 2, "Deployment": 1, "Service": 1,
-    "NetworkPolicy": 1, "DaemonSet": 1, "ValidatingWebhookConfiguration": 1,
+    "Namespace": 1,
+    "ServiceAccount": 2,
+    "ClusterRole": 1,
+    "ClusterRoleBinding": 3,
+    "Role": 1,
+    "RoleBinding": 2,
+    "ConfigMap": 2,
+    "Deployment": 1,
+    "Service": 1,
+    "NetworkPolicy": 1,
+    "DaemonSet": 1,
+    "ValidatingWebhookConfiguration": 1,
 }
 BUILDS: dict[str, dict[str, int]] = {
     "base": {**_COMMON, "PersistentVolumeClaim": 1},
@@ -121,15 +130,18 @@ def validate(doc: dict[str, Any], where: str) -> None:
         kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
     except kubernetes_validate.ValidationError as e:
         path = ".".join(str(x) for x in e.path)
-        pytest.fail(f"{where}: {doc['kind']}/{doc['metadata'].get('name')} does not validate "
-                    f"against Kubernetes {e.version}: {path}: {e.message}")
+        pytest.fail(
+            f"{where}: {doc['kind']}/{doc['metadata'].get('name')} does not validate "
+            f"against Kubernetes {e.version}: {path}: {e.message}"
+        )
     except kubernetes_validate.SchemaNotFoundError as e:
         pytest.fail(f"{where}: {e.message}")
 
 
 def find(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
-    hits = [d for d in docs
-            if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
+    hits = [
+        d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)
+    ]
     assert len(hits) == 1, f"expected one {kind} {name or ''}, found {len(hits)}"
     return hits[0]
 
@@ -145,15 +157,35 @@ def pod_specs(docs: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]
 
 
 _EXTENDER_FIELDS = {
-    "urlPrefix", "filterVerb", "preemptVerb", "prioritizeVerb", "weight", "bindVerb",
-    "enableHTTPS", "tlsConfig", "httpTimeout", "nodeCacheCapable", "managedResources",
+    "urlPrefix",
+    "filterVerb",
+    "preemptVerb",
+    "prioritizeVerb",
+    "weight",
+    "bindVerb",
+    "enableHTTPS",
+    "tlsConfig",
+    "httpTimeout",
+    "nodeCacheCapable",
+    "managedResources",
     "ignorable",
 }
 _CONFIG_FIELDS = {
-    "apiVersion", "kind", "parallelism", "leaderElection", "clientConnection",
-    "healthzBindAddress", "metricsBindAddress", "enableProfiling", "enableContentionProfiling",
-    "percentageOfNodesToScore", "podInitialBackoffSeconds", "podMaxBackoffSeconds",
-    "profiles", "extenders", "delayCacheUntilActive",
+    "apiVersion",
+    "kind",
+    "parallelism",
+    "leaderElection",
+    "clientConnection",
+    "healthzBindAddress",
+    "metricsBindAddress",
+    "enableProfiling",
+    "enableContentionProfiling",
+    "percentageOfNodesToScore",
+    "podInitialBackoffSeconds",
+    "podMaxBackoffSeconds",
+    "profiles",
+    "extenders",
+    "delayCacheUntilActive",
 }
 _DURATION = re.compile(r"^(\d+(\.\d+)?(ns|us|µs|ms|s|m|h))+$")
 
@@ -218,8 +250,9 @@ def test_every_yaml_file_is_accounted_for() -> None:
     patches = patch_files()
     configs = {SCHEDULER_CONFIG, DEFAULT_PROFILE_CONFIG}
     for p in yaml_files():
-        assert (p in objects or p.name == "kustomization.yaml" or p.resolve() in patches
-                or p in configs), f"{p.relative_to(ROOT)} is neither object, patch nor config"
+        assert (
+            p in objects or p.name == "kustomization.yaml" or p.resolve() in patches or p in configs
+        ), f"{p.relative_to(ROOT)} is neither object, patch nor config"
     assert len(objects) >= 12
 
 
@@ -231,15 +264,20 @@ def test_manifest_file_validates(path: Path) -> None:
         validate(doc, str(path.relative_to(ROOT)))
 
 
-@pytest.mark.parametrize("path", [SCHEDULER_CONFIG, DEFAULT_PROFILE_CONFIG],
-                         ids=["scheduler", "default-profile"])
+@pytest.mark.parametrize(
+    "path", [SCHEDULER_CONFIG, DEFAULT_PROFILE_CONFIG], ids=["scheduler", "default-profile"]
+)
 def test_scheduler_config_follows_the_extender_rules(path: Path) -> None:
     cfg = yaml.safe_load(path.read_text())
     assert scheduler_config_errors(cfg) == []
     (ext,) = cfg["extenders"]
     assert ext["urlPrefix"] == "http://127.0.0.1:8888"
     assert (ext["filterVerb"], ext["prioritizeVerb"], ext["bindVerb"], ext["preemptVerb"]) == (
-        "filter", "prioritize", "bind", "preempt")
+        "filter",
+        "prioritize",
+        "bind",
+        "preempt",
+    )
     assert ext["weight"] == 5 and ext["nodeCacheCapable"] is True
     assert ext["httpTimeout"] == "5s" and ext["ignorable"] is False
     assert ext["enableHTTPS"] is False
@@ -287,21 +325,34 @@ def _load_with_kube_scheduler(binary: str, cfg: dict[str, Any], tmp: Path) -> tu
     """`kube-scheduler --write-config-to`: decode strictly, default, validate, write, exit.
     It needs a kubeconfig to get that far (nothing is contacted)."""
     kubeconfig = tmp / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "x",
-        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
-        "users": [{"name": "u", "user": {"token": "unused"}}],
-        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}]}))
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "x",
+                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+                "users": [{"name": "u", "user": {"token": "unused"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+            }
+        )
+    )
     config = tmp / "config.yaml"
     config.write_text(yaml.safe_dump({**cfg, "clientConnection": {"kubeconfig": str(kubeconfig)}}))
     out = tmp / "written.yaml"
-    proc = subprocess.run([binary, "--config", str(config), "--write-config-to", str(out)],
-                          capture_output=True, text=True, timeout=60, check=False)
+    proc = subprocess.run(
+        [binary, "--config", str(config), "--write-config-to", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     return proc.returncode, proc.stderr
 
 
-@pytest.mark.parametrize("path", [SCHEDULER_CONFIG, DEFAULT_PROFILE_CONFIG],
-                         ids=["scheduler", "default-profile"])
+@pytest.mark.parametrize(
+    "path", [SCHEDULER_CONFIG, DEFAULT_PROFILE_CONFIG], ids=["scheduler", "default-profile"]
+)
 def test_real_kube_scheduler_accepts_the_config(path: Path, tmp_path: Path) -> None:
     binary = _kube_scheduler()
     if binary is None:
@@ -310,8 +361,9 @@ def test_real_kube_scheduler_accepts_the_config(path: Path, tmp_path: Path) -> N
     rc, err = _load_with_kube_scheduler(binary, cfg, tmp_path)
     assert rc == 0, err
     written = yaml.safe_load((tmp_path / "written.yaml").read_text())
-    assert written["extenders"] == [{k: v for k, v in cfg["extenders"][0].items()
-                                     if v is not False}]  # false is omitted when written
+    assert written["extenders"] == [
+        {k: v for k, v in cfg["extenders"][0].items() if v is not False}
+    ]  # false is omitted when written
     assert written["leaderElection"]["resourceName"] == "headroom-scheduler"
     # ... and the same binary refuses what PROTOCOL.md 1.3 says it refuses.
     cfg["extenders"][0]["weight"] = 0
@@ -344,13 +396,13 @@ def test_dashboard_uses_the_exported_metrics() -> None:
     dashboard = json.loads(DASHBOARD.read_text())
     exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
     used = {m for e in exprs for m in re.findall(r"\bheadroom_[a-z0-9_]+", e)}
-    used |= set(re.findall(r"\bheadroom_[a-z0-9_]+",
-                           json.dumps(dashboard["templating"])))
+    used |= set(re.findall(r"\bheadroom_[a-z0-9_]+", json.dumps(dashboard["templating"])))
     assert used == set(DASHBOARD_METRICS)
     ids = [p["id"] for p in dashboard["panels"]]
     assert len(ids) == len(set(ids))
-    source = "\n".join(p.read_text() for d in ("extender", "drivers")
-                       for p in (ROOT / d).rglob("*.py"))
+    source = "\n".join(
+        p.read_text() for d in ("extender", "drivers") for p in (ROOT / d).rglob("*.py")
+    )
     for metric in DASHBOARD_METRICS:
         family = re.sub(r"_(total|bucket|count|sum)$", "", metric)
         assert f'"{family}"' in source, f"{family} is not exported by extender/ or drivers/"
@@ -363,8 +415,9 @@ def test_dashboard_uses_the_exported_metrics() -> None:
 def kustomize() -> str:
     """kustomize built from Go modules (cached outside the checkout)."""
     try:
-        proc = subprocess.run(["bash", str(BUILD_KUSTOMIZE)], capture_output=True, text=True,
-                              timeout=600, check=False)
+        proc = subprocess.run(
+            ["bash", str(BUILD_KUSTOMIZE)], capture_output=True, text=True, timeout=600, check=False
+        )
     except subprocess.TimeoutExpired as e:
         pytest.fail(f"building kustomize timed out after {e.timeout} s")
     if proc.returncode != 0:
@@ -376,8 +429,13 @@ def kustomize() -> str:
 
 @cache
 def _build(binary: str, target: str) -> str:
-    proc = subprocess.run([binary, "build", str(MANIFESTS / target)], capture_output=True,
-                          text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [binary, "build", str(MANIFESTS / target)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, f"kustomize build manifests/{target}:\n{proc.stderr}"
     return proc.stdout
 
@@ -430,7 +488,11 @@ def test_built_scheduler_wiring(kustomize: str, target: str) -> None:
     hook = find(docs, "ValidatingWebhookConfiguration")["webhooks"][0]
     ref = hook["clientConfig"]["service"]
     assert (ref["name"], ref["namespace"], ref["port"], ref["path"]) == (
-        "headroom-extender", "headroom-system", 8443, "/admit/pods")
+        "headroom-extender",
+        "headroom-system",
+        8443,
+        "/admit/pods",
+    )
     assert hook["failurePolicy"] == "Ignore" and hook["sideEffects"] == "None"
     excluded = hook["namespaceSelector"]["matchExpressions"][0]
     assert excluded["operator"] == "NotIn"
@@ -440,26 +502,42 @@ def test_built_scheduler_wiring(kustomize: str, target: str) -> None:
 
     # RBAC: the pod's ServiceAccount carries the scheduler roles and the extender's role.
     sa = spec["serviceAccountName"]
-    bound = {b["roleRef"]["name"] for b in docs
-             if b["kind"] in ("ClusterRoleBinding", "RoleBinding")
-             and any(s["name"] == sa and s["namespace"] == "headroom-system"
-                     for s in b["subjects"])}
-    assert {"system:kube-scheduler", "system:volume-scheduler", "headroom-extender",
-            "extension-apiserver-authentication-reader",
-            "headroom-scheduler-leader-election"} <= bound
-    reader = find(docs, "RoleBinding",
-                  "headroom-scheduler-extension-apiserver-authentication-reader")
+    bound = {
+        b["roleRef"]["name"]
+        for b in docs
+        if b["kind"] in ("ClusterRoleBinding", "RoleBinding")
+        and any(s["name"] == sa and s["namespace"] == "headroom-system" for s in b["subjects"])
+    }
+    assert {
+        "system:kube-scheduler",
+        "system:volume-scheduler",
+        "headroom-extender",
+        "extension-apiserver-authentication-reader",
+        "headroom-scheduler-leader-election",
+    } <= bound
+    reader = find(
+        docs, "RoleBinding", "headroom-scheduler-extension-apiserver-authentication-reader"
+    )
     assert reader["metadata"]["namespace"] == "kube-system"
     lease = find(docs, "Role", "headroom-scheduler-leader-election")
-    assert any(cfg["leaderElection"]["resourceName"] in r.get("resourceNames", [])
-               for r in lease["rules"])
+    assert any(
+        cfg["leaderElection"]["resourceName"] in r.get("resourceNames", []) for r in lease["rules"]
+    )
     rules = find(docs, "ClusterRole", "headroom-extender")["rules"]
-    granted = {(g, r, v) for rule in rules for g in rule["apiGroups"]
-               for r in rule["resources"] for v in rule["verbs"]}
-    assert {("", "pods", "patch"), ("", "pods/binding", "create"),
-            ("authentication.k8s.io", "tokenreviews", "create"),
-            ("resource.k8s.io", "resourceclaims", "watch"),
-            ("karpenter.sh", "nodeclaims", "list")} <= granted
+    granted = {
+        (g, r, v)
+        for rule in rules
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
+    assert {
+        ("", "pods", "patch"),
+        ("", "pods/binding", "create"),
+        ("authentication.k8s.io", "tokenreviews", "create"),
+        ("resource.k8s.io", "resourceclaims", "watch"),
+        ("karpenter.sh", "nodeclaims", "list"),
+    } <= granted
     assert not any("*" in (g, r, v) for g, r, v in granted)
 
 
@@ -484,14 +562,17 @@ def test_postgres_ha_overlay(kustomize: str) -> None:
     spec = dep["spec"]["template"]["spec"]
     ext = container(spec, "extender")
     (db,) = [e for e in ext["env"] if e["name"] == "HEADROOM_DB"]
-    assert db == {"name": "HEADROOM_DB", "valueFrom": {"secretKeyRef": {
-        "name": "headroom-postgres", "key": "dsn"}}}
+    assert db == {
+        "name": "HEADROOM_DB",
+        "valueFrom": {"secretKeyRef": {"name": "headroom-postgres", "key": "dsn"}},
+    }
     assert "data" not in {v["name"] for v in spec["volumes"]}
     assert "data" not in {m["name"] for m in ext["volumeMounts"]}
     pdb = find(docs, "PodDisruptionBudget", "headroom-scheduler")
     assert pdb["spec"]["minAvailable"] == 1
     assert pdb["spec"]["selector"]["matchLabels"].items() <= (
-        dep["spec"]["template"]["metadata"]["labels"].items())
+        dep["spec"]["template"]["metadata"]["labels"].items()
+    )
 
 
 @pytest.mark.parametrize("target", list(EXPECTED_PROFILE))
@@ -510,7 +591,8 @@ def test_built_agent_daemonset(kustomize: str, target: str) -> None:
     svc = find(docs, "Service", "headroom-extender-peers" if ha else "headroom-extender")
     assert (svc["spec"].get("clusterIP") == "None") is ha
     assert _flag(args, "--extender") == (
-        f"http://{svc['metadata']['name']}.{svc['metadata']['namespace']}.svc:8888")
+        f"http://{svc['metadata']['name']}.{svc['metadata']['namespace']}.svc:8888"
+    )
     assert spec["hostPID"] is True and spec["runtimeClassName"] == "nvidia"
     assert _flag(args, "--metrics-port") == "9400"
     assert any(p["containerPort"] == 9400 for p in agent["ports"])
@@ -525,11 +607,18 @@ def test_built_agent_daemonset(kustomize: str, target: str) -> None:
     volume = next(v for v in spec["volumes"] if v["name"] == mount["name"])
     (source,) = volume["projected"]["sources"]
     assert source["serviceAccountToken"] == {
-        "audience": "headroom", "expirationSeconds": 3600, "path": token_path.name}
+        "audience": "headroom",
+        "expirationSeconds": 3600,
+        "path": token_path.name,
+    }
     assert spec["automountServiceAccountToken"] is False
     sa = spec["serviceAccountName"]
-    assert not [b for b in docs if b["kind"] in ("RoleBinding", "ClusterRoleBinding")
-                and any(s["name"] == sa for s in b["subjects"])], "the agent needs no RBAC"
+    assert not [
+        b
+        for b in docs
+        if b["kind"] in ("RoleBinding", "ClusterRoleBinding")
+        and any(s["name"] == sa for s in b["subjects"])
+    ], "the agent needs no RBAC"
 
     terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     keys = {e["key"] for t in terms["nodeSelectorTerms"] for e in t["matchExpressions"]}
@@ -540,8 +629,9 @@ def test_built_agent_daemonset(kustomize: str, target: str) -> None:
 @pytest.mark.parametrize("target", [*EXPECTED_PROFILE, "examples"])
 def test_built_pods_are_locked_down(kustomize: str, target: str) -> None:
     docs = built(kustomize, target)
-    pods = list(pod_specs(docs)) + [(f"Pod/{d['metadata']['name']}", d["spec"])
-                                    for d in docs if d["kind"] == "Pod"]
+    pods = list(pod_specs(docs)) + [
+        (f"Pod/{d['metadata']['name']}", d["spec"]) for d in docs if d["kind"] == "Pod"
+    ]
     assert pods
     for where, spec in pods:
         psc = spec.get("securityContext", {})
@@ -569,13 +659,17 @@ def test_examples_opt_in_to_headroom(kustomize: str) -> None:
     rct = find(docs, "ResourceClaimTemplate")
     (request,) = rct["spec"]["spec"]["devices"]["requests"]
     assert request["exactly"]["deviceClassName"] == dc["metadata"]["name"]
-    assert "device.capacity['gpu.nvidia.com'].memory" in (
-        request["exactly"]["selectors"][0]["cel"]["expression"])
+    assert (
+        "device.capacity['gpu.nvidia.com'].memory"
+        in (request["exactly"]["selectors"][0]["cel"]["expression"])
+    )
     pods = [d for d in docs if d["kind"] == "Pod"]
     assert all(p["spec"]["schedulerName"] == "headroom" for p in pods)
     claims = [p for p in pods if p["spec"].get("resourceClaims")]
-    assert claims[0]["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] == (
-        rct["metadata"]["name"])
+    assert (
+        claims[0]["spec"]["resourceClaims"][0]["resourceClaimTemplateName"]
+        == (rct["metadata"]["name"])
+    )
     annotated = [p for p in pods if p["metadata"].get("annotations")]
     assert annotated[0]["metadata"]["annotations"]["headroom.dev/gpu-memory"] == "20Gi"
 

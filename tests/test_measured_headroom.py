@@ -48,6 +48,8 @@ def test_three_pods_on_one_gpu_headroom_follows_measured_use(tmp_path: Path) -> 
         found = ext.client.get("/v1/discrepancies").json()["items"]
         overruns = [d for d in found if d["kind"] == "overrun"]
         assert sorted((d["pod_uid"], d["last_amount_mib"]) for d in overruns) == [
-            ("uid-a", 2 * GIB), ("uid-b", 1 * GIB)]
+            ("uid-a", 2 * GIB),
+            ("uid-b", 1 * GIB),
+        ]
         (row,) = ext.built.service.ledger.for_pod("uid-a")
         assert row.obs_peak_mib == 6 * GIB  # usage rolled up beside the grant, not billed

@@ -18,11 +18,18 @@ def mig_node(name: str, busy: tuple[bool, bool], at: float) -> NodeReport:
         MigReport(f"MIG-{name}-{i}", "1g.10gb", 9984, 8000 if used else 10)
         for i, used in enumerate(busy)
     ]
-    gpu = GpuReport(f"GPU-{name}", 0, "A100-SXM4-80GB", 81920, 16000, mig_enabled=True,
-                    mig=instances)
-    return NodeReport(node=name, sampled_at=at, gpus=[gpu],
-                      labels={"node.kubernetes.io/instance-type": "p4d.24xlarge",
-                              "karpenter.sh/capacity-type": "on-demand"})
+    gpu = GpuReport(
+        f"GPU-{name}", 0, "A100-SXM4-80GB", 81920, 16000, mig_enabled=True, mig=instances
+    )
+    return NodeReport(
+        node=name,
+        sampled_at=at,
+        gpus=[gpu],
+        labels={
+            "node.kubernetes.io/instance-type": "p4d.24xlarge",
+            "karpenter.sh/capacity-type": "on-demand",
+        },
+    )
 
 
 def mig_pod(name: str) -> dict:
@@ -35,8 +42,9 @@ def test_a_mig_pod_goes_to_an_idle_instance_of_its_profile(tmp_path: Path) -> No
     with running_extender(tmp_path) as ext:
         now = ext.clock.now()
         for name, busy in (("free", (True, False)), ("full", (True, True))):
-            r = ext.client.post("/v1/reports", content=msgspec.json.encode(
-                mig_node(name, busy, now)))
+            r = ext.client.post(
+                "/v1/reports", content=msgspec.json.encode(mig_node(name, busy, now))
+            )
             assert r.status_code == 200
         ext.add_node("plain", "1xA10G:24Gi")
         nodes = ["free", "full", "plain"]

@@ -15,9 +15,11 @@ from extender.namebytes import NAME_MAX, NameIndex
 from extender.protocol import NodeName
 
 JSON = msgspec.json.Decoder(list[NodeName] | None)
-PLAIN = st.text(st.characters(min_codepoint=0x20, blacklist_categories=("Cs",),
-                              blacklist_characters='"\\'), min_size=1,
-                max_size=40).filter(lambda s: len(s.encode()) <= NAME_MAX)
+PLAIN = st.text(
+    st.characters(min_codepoint=0x20, blacklist_categories=("Cs",), blacklist_characters='"\\'),
+    min_size=1,
+    max_size=40,
+).filter(lambda s: len(s.encode()) <= NAME_MAX)
 ANY_NAME = st.text(min_size=0, max_size=40)
 
 
@@ -38,8 +40,9 @@ def test_a_list_reads_as_its_names_and_a_permutation_as_the_same_ids() -> None:
     assert again is not None and again[1] == shuffled
     by_name = dict(zip(names, ids.tolist(), strict=True))
     assert again[0].tolist() == [by_name[n] for n in shuffled]
-    assert all(a is b for a, b in zip(again[1], (strings[by_name[n]] for n in shuffled),
-                                      strict=True))  # the very same str objects
+    assert all(
+        a is b for a, b in zip(again[1], (strings[by_name[n]] for n in shuffled), strict=True)
+    )  # the very same str objects
     assert index.count == 600
 
 
@@ -52,16 +55,36 @@ def test_every_length_and_alignment(length: int) -> None:
         for body in (data, data.replace(b",", b" , "), b" \n" + data + b"\t"):
             assert (index.read(body) or (None, None))[1] == names == decoded(body)
         ids = index.read_ids(data)
-        assert ids is not None and (index.read_ids(data[::1] + b" ") or [None])[0].tolist(
-        ) == ids[0].tolist()  # read again, found again: the same ids
+        assert (
+            ids is not None
+            and (index.read_ids(data[::1] + b" ") or [None])[0].tolist() == ids[0].tolist()
+        )  # read again, found again: the same ids
         assert index.fingerprint(data) == index.fingerprint(msgspec.json.encode(names[::-1]))
 
 
-@pytest.mark.parametrize("body", [
-    b'["a\\"b"]', b'["\\u0061"]', b'["a\\nb"]', b'["tab\there"]', b'[""]', b'["ok",""]',
-    b'["' + b"x" * (NAME_MAX + 1) + b'"]', b'"a"', b'["a" "b"]', b'["a",]', b'["a"]x',
-    b'null', b'[1]', b'["a",1]', b'["\xff"]', b'["a"', b'[', b'["a",',
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'["a\\"b"]',
+        b'["\\u0061"]',
+        b'["a\\nb"]',
+        b'["tab\there"]',
+        b'[""]',
+        b'["ok",""]',
+        b'["' + b"x" * (NAME_MAX + 1) + b'"]',
+        b'"a"',
+        b'["a" "b"]',
+        b'["a",]',
+        b'["a"]x',
+        b"null",
+        b"[1]",
+        b'["a",1]',
+        b'["\xff"]',
+        b'["a"',
+        b"[",
+        b'["a",',
+    ],
+)
 def test_anything_but_plain_names_is_left_to_json(body: bytes) -> None:
     index = NameIndex()
     index.read(b'["a","b"]')
@@ -79,16 +102,26 @@ def test_reads_what_json_decodes_or_nothing(names: list[str], spaces: bool) -> N
     read = index.read(data)
     if read is not None:
         assert read[1] == decoded(data)
-    plain = all(n and '"' not in n and "\\" not in n and min(map(ord, n)) >= 0x20
-                and len(n.encode()) <= NAME_MAX for n in names)
+    plain = all(
+        n
+        and '"' not in n
+        and "\\" not in n
+        and min(map(ord, n)) >= 0x20
+        and len(n.encode()) <= NAME_MAX
+        for n in names
+    )
     assert (read is not None) == plain
 
 
 @settings(max_examples=300, deadline=None)
-@given(names=st.lists(PLAIN, min_size=1, max_size=12), at=st.integers(0, 10_000),
-       byte=st.integers(0, 255))
+@given(
+    names=st.lists(PLAIN, min_size=1, max_size=12),
+    at=st.integers(0, 10_000),
+    byte=st.integers(0, 255),
+)
 def test_any_one_byte_change_reads_as_json_decodes_it_or_not_at_all(
-        names: list[str], at: int, byte: int) -> None:
+    names: list[str], at: int, byte: int
+) -> None:
     index = NameIndex()
     data = msgspec.json.encode(names)
     index.read(data)
@@ -143,8 +176,9 @@ def test_lists_read_one_after_another_by_one_index() -> None:
 
 @settings(max_examples=200, deadline=None)
 @given(names=st.lists(PLAIN, min_size=1, max_size=30), data=st.data())
-def test_a_fingerprint_is_the_names_whatever_their_order(names: list[str],
-                                                          data: st.DataObject) -> None:
+def test_a_fingerprint_is_the_names_whatever_their_order(
+    names: list[str], data: st.DataObject
+) -> None:
     index = NameIndex()
     index.read(msgspec.json.encode(names[::3]))  # some known already
     fingerprint = index.fingerprint(msgspec.json.encode(names))
@@ -162,8 +196,11 @@ def test_names_that_differ_only_where_a_weighted_sum_is_weak_hash_apart() -> Non
     keyed mix of each word does not, so neither do lists' fingerprints."""
     index = NameIndex()
     chars = [c for c in range(0x30, 0x7B) if c != ord("\\")]  # plain names only
-    pairs = [(f"abcdefg{chr(a)}hijklmn{chr(b)}", f"abcdefg{chr(b)}hijklmn{chr(a)}")
-             for a in chars for b in chars if a < b]
-    fingerprints = {index.fingerprint(msgspec.json.encode([n])) for pair in pairs
-                    for n in pair}
+    pairs = [
+        (f"abcdefg{chr(a)}hijklmn{chr(b)}", f"abcdefg{chr(b)}hijklmn{chr(a)}")
+        for a in chars
+        for b in chars
+        if a < b
+    ]
+    fingerprints = {index.fingerprint(msgspec.json.encode([n])) for pair in pairs for n in pair}
     assert None not in fingerprints and len(fingerprints) == 2 * len(pairs)

@@ -48,17 +48,24 @@ def test_the_same_list_comes_back_as_the_same_object() -> None:
 
 
 def test_decodes_exactly_what_the_plain_decoder_does() -> None:
-    for raw in (body(["n1", "n2"]), body(None), b'{"Pod": {"metadata": {"name": "p"}}}',
-                b'{"NodeNames": ["x"], "Nodes": null, "Unknown": 1}'):
+    for raw in (
+        body(["n1", "n2"]),
+        body(None),
+        b'{"Pod": {"metadata": {"name": "p"}}}',
+        b'{"NodeNames": ["x"], "Nodes": null, "Unknown": 1}',
+    ):
         assert ArgsDecoder().decode(raw) == args_decoder.decode(raw)
 
 
-@pytest.mark.parametrize(("names", "where"), [
-    ("n1", "got `str` - at `$.NodeNames`"),
-    ([""], "length >= 1 - at `$.NodeNames[0]`"),
-    (["ok", "x" * 254], "length <= 253 - at `$.NodeNames[1]`"),
-    (["ok", 5], "got `int` - at `$.NodeNames[1]`"),
-])
+@pytest.mark.parametrize(
+    ("names", "where"),
+    [
+        ("n1", "got `str` - at `$.NodeNames`"),
+        ([""], "length >= 1 - at `$.NodeNames[0]`"),
+        (["ok", "x" * 254], "length <= 253 - at `$.NodeNames[1]`"),
+        (["ok", 5], "got `int` - at `$.NodeNames[1]`"),
+    ],
+)
 def test_a_bad_list_names_the_field(names: object, where: str) -> None:
     dec = ArgsDecoder()
     with pytest.raises(msgspec.ValidationError, match=re.escape(where)):
@@ -117,16 +124,27 @@ def test_a_new_pod_object_is_read_anew(tmp_path: Path) -> None:
     """The service reads a Pod's demand once per Pod object: the same uid with another
     ask (a new object) gets its own demand."""
     clock = ManualClock()
-    svc = SchedulingService(Inventory(load_pricebook()), open_ledger(str(tmp_path / "l.db"),
-                                                                     clock),
-                            InProcessBinder(), policy_by_name("binpack"), clock)
+    svc = SchedulingService(
+        Inventory(load_pricebook()),
+        open_ledger(str(tmp_path / "l.db"), clock),
+        InProcessBinder(),
+        policy_by_name("binpack"),
+        clock,
+    )
     dec = ArgsDecoder(index=svc.names)
 
     def ask(memory: str) -> object:
-        pod = {"metadata": {"name": "p", "namespace": "t", "uid": "u",
-                            "annotations": {"headroom.dev/gpu-memory": memory}},
-               "spec": {"containers": [{"name": "c", "resources": {"limits": {
-                   "nvidia.com/gpu": "1"}}}]}}
+        pod = {
+            "metadata": {
+                "name": "p",
+                "namespace": "t",
+                "uid": "u",
+                "annotations": {"headroom.dev/gpu-memory": memory},
+            },
+            "spec": {
+                "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
+            },
+        }
         return dec.decode(body(["n"], pod=pod))
 
     for memory, mib in (("4Gi", 4096), ("4Gi", 4096), ("8Gi", 8192)):
@@ -189,26 +207,32 @@ def go_body(pod: object, names: object) -> bytes:
 GOOD_POD = {"metadata": {"name": "p", "uid": "u"}, "spec": {"containers": [{"name": "c"}]}}
 
 
-@pytest.mark.parametrize("data", [
-    go_body(GOOD_POD, ["n1", "n2"]),
-    go_body(GOOD_POD, ["n1", "n2"]) + b"\n",
-    go_body(GOOD_POD, None),
-    go_body(GOOD_POD, []),
-    go_body({"metadata": {"name": "q", "annotations": {"x": "}{]["}}}, ["a\\u0062", "c"]),
-    go_body(GOOD_POD, ["n1"])[:-1] + b',"Extra":{"NodeNames":["z"]}}',
-    go_body(GOOD_POD, ["n1"])[:-1] + b',"NodeNames":["n2"]}',  # the key twice: the last
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        go_body(GOOD_POD, ["n1", "n2"]),
+        go_body(GOOD_POD, ["n1", "n2"]) + b"\n",
+        go_body(GOOD_POD, None),
+        go_body(GOOD_POD, []),
+        go_body({"metadata": {"name": "q", "annotations": {"x": "}{]["}}}, ["a\\u0062", "c"]),
+        go_body(GOOD_POD, ["n1"])[:-1] + b',"Extra":{"NodeNames":["z"]}}',
+        go_body(GOOD_POD, ["n1"])[:-1] + b',"NodeNames":["n2"]}',  # the key twice: the last
+    ],
+)
 def test_go_shaped_bodies_split_by_hand_read_as_the_whole_decode(data: bytes) -> None:
     assert ArgsDecoder().decode(data) == args_decoder.decode(data)
 
 
-@pytest.mark.parametrize("data", [
-    go_body({"metadata": {"name": 5}}, ["n1"]),  # a bad Pod
-    go_body(GOOD_POD, ["n1", ""]),  # a bad name
-    go_body(GOOD_POD, ["n1", 7]),
-    go_body(GOOD_POD, ["n1"]) + b"}",  # trailing garbage
-    go_body(GOOD_POD, ["n1"])[:-2] + b"}",  # the list not closed
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        go_body({"metadata": {"name": 5}}, ["n1"]),  # a bad Pod
+        go_body(GOOD_POD, ["n1", ""]),  # a bad name
+        go_body(GOOD_POD, ["n1", 7]),
+        go_body(GOOD_POD, ["n1"]) + b"}",  # trailing garbage
+        go_body(GOOD_POD, ["n1"])[:-2] + b"}",  # the list not closed
+    ],
+)
 def test_bad_go_shaped_bodies_fail_as_the_whole_decode_does(data: bytes) -> None:
     with pytest.raises((msgspec.DecodeError, msgspec.ValidationError)) as whole:
         args_decoder.decode(data)
@@ -216,8 +240,9 @@ def test_bad_go_shaped_bodies_fail_as_the_whole_decode_does(data: bytes) -> None
         ArgsDecoder().decode(data)
 
 
-def test_the_filters_passing_list_comes_back_without_a_read(monkeypatch: pytest.MonkeyPatch
-                                                            ) -> None:
+def test_the_filters_passing_list_comes_back_without_a_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """kube-scheduler sends prioritize the nodes the filter passed, in the reply's order:
     registered by the filter (``expect``), that body is recognised by its bytes and its
     names come with their ids; other names are read as usual."""
@@ -228,8 +253,11 @@ def test_the_filters_passing_list_comes_back_without_a_read(monkeypatch: pytest.
     passing = candidates.part(np.array([3, 1]))
     assert passing == ["n-d", "n-b"]
     assert msgspec.json.decode(encoder.encode(ExtenderFilterResult(NodeNames=passing))) == {
-        "NodeNames": ["n-d", "n-b"], "FailedNodes": {}, "FailedAndUnresolvableNodes": {},
-        "Error": ""}
+        "NodeNames": ["n-d", "n-b"],
+        "FailedNodes": {},
+        "FailedAndUnresolvableNodes": {},
+        "Error": "",
+    }
     dec.expect(passing)
     reads: list[bytes] = []
     real = index.read_ids
@@ -241,8 +269,7 @@ def test_the_filters_passing_list_comes_back_without_a_read(monkeypatch: pytest.
     assert dec.decode(body(["n-d", "n-a"])).NodeNames == ["n-d", "n-a"] and reads
 
 
-def test_the_same_names_in_another_order_are_the_list_kept(monkeypatch: pytest.MonkeyPatch
-                                                            ) -> None:
+def test_the_same_names_in_another_order_are_the_list_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     """kube-scheduler's parallel filter workers send the same candidates in a new order
     for every pod: such a list is the one kept, order and all, told by its fingerprint
     (no name looked up); a list that differs in one name, or holds one twice, is not."""
@@ -257,8 +284,12 @@ def test_the_same_names_in_another_order_are_the_list_kept(monkeypatch: pytest.M
     for _ in range(3):
         assert dec.decode(body(rng.sample(names, len(names)))).NodeNames is kept
     assert not reads and len(dec._lists) == 1  # the permutations were not kept
-    for other in ([*names[:-1], "ip-10-0-9-9.ec2.internal"], [*names, names[0]], names[1:],
-                  [*names[:-1], names[0]]):
+    for other in (
+        [*names[:-1], "ip-10-0-9-9.ec2.internal"],
+        [*names, names[0]],
+        names[1:],
+        [*names[:-1], names[0]],
+    ):
         got = dec.decode(body(other[::-1])).NodeNames
         assert got is not kept and got == other[::-1]
     assert len(reads) == 4

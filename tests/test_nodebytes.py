@@ -22,8 +22,10 @@ from extender.nodefacts import NodeFacts
 from extender.protocol import ExtenderArgs
 
 NODE = json.loads((Path(__file__).parent / "fixtures/node_g5_12xlarge.json").read_text())
-POD = {"metadata": {"name": "p", "namespace": "ns", "uid": "u-1"},
-       "spec": {"containers": [{"name": "c"}]}}
+POD = {
+    "metadata": {"name": "p", "namespace": "ns", "uid": "u-1"},
+    "spec": {"containers": [{"name": "c"}]},
+}
 
 
 def node(name: str, rv: str = "100", capacity: str = "spot") -> dict[str, Any]:
@@ -37,8 +39,9 @@ def node(name: str, rv: str = "100", capacity: str = "spot") -> dict[str, Any]:
 
 def body(nodes: list[dict[str, Any]], pod: Any = POD, newline: bool = True) -> bytes:
     """ExtenderArgs as encoding/json writes it: Go's field order, Encoder's newline."""
-    data = msgspec.json.encode({"Pod": pod, "Nodes": {"metadata": {}, "items": nodes},
-                                "NodeNames": None})
+    data = msgspec.json.encode(
+        {"Pod": pod, "Nodes": {"metadata": {}, "items": nodes}, "NodeNames": None}
+    )
     return data + b"\n" if newline else data
 
 
@@ -101,7 +104,9 @@ def test_changed_and_new_nodes_are_decoded_and_their_facts_applied() -> None:
     assert isinstance(args.Nodes, WalkedNodes)
     assert names == [f"n{i}" for i in range(11)]
     assert [(f.name, f.capacity_type) for f in side.applied[10:]] == [
-        ("n3", "on-demand"), ("n10", "spot")]
+        ("n3", "on-demand"),
+        ("n10", "spot"),
+    ]
 
 
 def test_walked_objects_apply_their_facts_only_when_not_the_ones_applied_last() -> None:
@@ -153,10 +158,12 @@ def test_bodies_laid_out_otherwise_are_decoded_whole() -> None:
     nodes = [node(f"n{i}") for i in range(3)]
     side = Side()
     side.read(body(nodes))
-    other_order = msgspec.json.encode({"Pod": POD, "NodeNames": None,
-                                       "Nodes": {"metadata": {}, "items": nodes}})
-    spaced = json.dumps({"Pod": POD, "Nodes": {"metadata": {}, "items": nodes},
-                         "NodeNames": None}).encode()
+    other_order = msgspec.json.encode(
+        {"Pod": POD, "NodeNames": None, "Nodes": {"metadata": {}, "items": nodes}}
+    )
+    spaced = json.dumps(
+        {"Pod": POD, "Nodes": {"metadata": {}, "items": nodes}, "NodeNames": None}
+    ).encode()
     for data in (other_order, spaced, body(nodes, pod=None)):
         args, names, _ = side.read(data)
         assert not isinstance(args.Nodes, WalkedNodes) and names == ["n0", "n1", "n2"]
@@ -188,7 +195,7 @@ def test_any_one_byte_change_reads_exactly_as_the_whole_decode(data: st.DataObje
     original = body(nodes)
     at = data.draw(st.integers(0, len(original) - 1))
     new = data.draw(st.sampled_from(MUTATIONS))
-    mutated = original[:at] + new + original[at + 1:]
+    mutated = original[:at] + new + original[at + 1 :]
     walked, plain = Side(), Side(walk=False)
     walked.read(original)
     plain.read(original)
@@ -225,11 +232,14 @@ def test_short_items_are_not_indexed() -> None:
     assert ByteIndex().add(b'{"a":1}') is None
 
 
-@pytest.mark.parametrize(("text", "end"), [
-    (b'{"a":"}{\\"]"}, tail', 13),
-    (b'[1,{"b":[2,3]},"\\\\"],', 20),
-    (b'{"a":', -1),
-    (b'"a"', -1),
-])
+@pytest.mark.parametrize(
+    ("text", "end"),
+    [
+        (b'{"a":"}{\\"]"}, tail', 13),
+        (b'[1,{"b":[2,3]},"\\\\"],', 20),
+        (b'{"a":', -1),
+        (b'"a"', -1),
+    ],
+)
 def test_value_end_skips_strings_and_escapes(text: bytes, end: int) -> None:
     assert value_end(np.frombuffer(text, np.uint8), 0) == end

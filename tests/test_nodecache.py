@@ -31,8 +31,9 @@ def node(name: str, rv: str | None = "100", capacity: str = "spot", **extra: obj
 
 def raws(*nodes: dict) -> RawNodeList:
     """The items exactly as the server gets them: a Go-ordered NodeList in the body."""
-    body = msgspec.json.encode({"Pod": None, "Nodes": {"metadata": {}, "items": list(nodes)},
-                                "NodeNames": None})
+    body = msgspec.json.encode(
+        {"Pod": None, "Nodes": {"metadata": {}, "items": list(nodes)}, "NodeNames": None}
+    )
     args = args_decoder.decode(body)
     assert args.Nodes is not None
     return args.Nodes
@@ -83,15 +84,23 @@ def _head(obj: dict) -> bytes:
 @pytest.mark.parametrize(
     ("obj", "name", "rv", "expected"),
     [
-        ({"kind": "Node", "metadata": {"name": "a", "uid": "u", "resourceVersion": "7"}},
-         "a", "7", True),
+        (
+            {"kind": "Node", "metadata": {"name": "a", "uid": "u", "resourceVersion": "7"}},
+            "a",
+            "7",
+            True,
+        ),
         # only Go's order (name before resourceVersion) takes the shortcut
         ({"metadata": {"resourceVersion": "7", "name": "a"}}, "a", "7", False),
         # the version is a label's, not the node's: metadata has none
         ({"metadata": {"name": "a", "labels": {"resourceVersion": "7"}}}, "a", "", False),
         # a nested value before the version: not a flat head
-        ({"metadata": {"name": "a", "labels": {"x": "y"}, "resourceVersion": "7"}},
-         "a", "7", False),
+        (
+            {"metadata": {"name": "a", "labels": {"x": "y"}, "resourceVersion": "7"}},
+            "a",
+            "7",
+            False,
+        ),
         # the name is inside something nested, not metadata's own
         ({"metadata": {"labels": {"name": "a"}, "resourceVersion": "7"}}, "", "7", False),
         # metadata not first among the objects

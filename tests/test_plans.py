@@ -41,9 +41,10 @@ op = st.one_of(
 
 def pod(uid: str, memory: str | None) -> dict:
     ann = {"headroom.dev/gpu-memory": memory} if memory else {}
-    return {"metadata": {"name": uid, "namespace": "t", "uid": uid, "annotations": ann},
-            "spec": {"containers": [{"name": "c", "resources": {"limits": {
-                "nvidia.com/gpu": "1"}}}]}}
+    return {
+        "metadata": {"name": uid, "namespace": "t", "uid": uid, "annotations": ann},
+        "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+    }
 
 
 def replies(svc: SchedulingService, shape: str | None, fresh: bool = False) -> list[object]:
@@ -55,14 +56,22 @@ def replies(svc: SchedulingService, shape: str | None, fresh: bool = False) -> l
     decoder = ArgsDecoder(index=svc.names)
 
     def ask(names: Sequence[str]) -> object:  # as the server decodes: lists interned
-        return decoder.decode(msgspec.json.encode({"Pod": pod(f"q-{shape}", shape),
-                                                        "NodeNames": list(names)}))
+        return decoder.decode(
+            msgspec.json.encode({"Pod": pod(f"q-{shape}", shape), "NodeNames": list(names)})
+        )
 
     out = []
     rotated = NODES[2:] + NODES[:2]  # kube-scheduler's lists are permutations too
-    steps = [("prioritize", NODES), ("filter", NODES), ("prioritize", NODES),
-             ("prioritize", NODES[1:4]), ("passing", []), ("prioritize", NODES[::-1]),
-             ("filter", rotated), ("passing", [])]
+    steps = [
+        ("prioritize", NODES),
+        ("filter", NODES),
+        ("prioritize", NODES),
+        ("prioritize", NODES[1:4]),
+        ("passing", []),
+        ("prioritize", NODES[::-1]),
+        ("filter", rotated),
+        ("passing", []),
+    ]
     for verb, names in steps:
         if fresh:
             svc.plans = Plans(svc.names)
@@ -78,8 +87,11 @@ def replies(svc: SchedulingService, shape: str | None, fresh: bool = False) -> l
     return out
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                 HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=120,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(ops=st.lists(op, min_size=1, max_size=25))
 # every agent silent past stale_after, then one back with the same numbers (no change
 # logged): the cached plans, the subset prioritize took from filter's too, re-check it
@@ -89,13 +101,22 @@ def replies(svc: SchedulingService, shape: str | None, fresh: bool = False) -> l
 def test_plans_match_a_fresh_evaluation(tmp_path: Path, ops: list[tuple]) -> None:
     clock = ManualClock()
     ledger = open_ledger(str(tmp_path / f"l{abs(hash(tuple(ops)))}.db"), clock)
-    svc = SchedulingService(Inventory(load_pricebook()), ledger, InProcessBinder(),
-                            policy_by_name("headroom"), clock,
-                            ServiceConfig(stale_after=60, narrow_epsilon=0.02))
-    drivers = {n: SimulatedDriver("2xA10G:24Gi,1xL4:24Gi", seed=i, node=n, clock=clock)
-               for i, n in enumerate(NODES)}
-    labels = {"node.kubernetes.io/instance-type": "g5.12xlarge",
-              "karpenter.sh/capacity-type": "spot"}
+    svc = SchedulingService(
+        Inventory(load_pricebook()),
+        ledger,
+        InProcessBinder(),
+        policy_by_name("headroom"),
+        clock,
+        ServiceConfig(stale_after=60, narrow_epsilon=0.02),
+    )
+    drivers = {
+        n: SimulatedDriver("2xA10G:24Gi,1xL4:24Gi", seed=i, node=n, clock=clock)
+        for i, n in enumerate(NODES)
+    }
+    labels = {
+        "node.kubernetes.io/instance-type": "g5.12xlarge",
+        "karpenter.sh/capacity-type": "spot",
+    }
 
     def report(n: str) -> None:
         d = drivers[n]
@@ -152,8 +173,15 @@ def test_plans_are_kept_for_a_bounded_number_of_shapes() -> None:
 
     def evaluate(names: Sequence[str], rows: object) -> Outcome:
         n = len(names)
-        return Outcome(np.ones(n, dtype=bool), np.zeros(n), np.zeros(n), np.full(n, 5.0), {},
-                       np.arange(n, dtype=np.int64), 0)
+        return Outcome(
+            np.ones(n, dtype=bool),
+            np.zeros(n),
+            np.zeros(n),
+            np.full(n, 5.0),
+            {},
+            np.arange(n, dtype=np.int64),
+            0,
+        )
 
     plans = Plans(NameIndex(), capacity=4)
     names = [f"n{i}" for i in range(50)]

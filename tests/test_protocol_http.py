@@ -28,8 +28,11 @@ def nodes_mode(pod: dict[str, Any], nodes: list[dict[str, Any]]) -> dict[str, An
 
 
 def test_filter_nodes_mode_echoes_full_nodes_and_gives_reasons(ext: Extender) -> None:
-    disrupted = real_node("n-od", capacity_type="on-demand",
-                          taints=[{"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}])
+    disrupted = real_node(
+        "n-od",
+        capacity_type="on-demand",
+        taints=[{"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}],
+    )
     items = [real_node("n-spot"), disrupted, real_node("n-unknown")]
     r = ext.post("filter", nodes_mode(gpu_pod("p1", memory="10Gi"), items))
     assert r.status_code == 200
@@ -71,14 +74,16 @@ def test_prioritize_prefers_cheap_headroom(ext: Extender) -> None:
 def test_bind_records_the_decision_and_annotates(ext: Extender) -> None:
     pod = gpu_pod("p5", gpus=2, memory="10Gi")
     ext.post("filter", ext.schedule_args(pod, ["n-od"]))
-    r = ext.post("bind", {"PodName": "p5", "PodNamespace": "ml", "PodUID": "uid-p5",
-                          "Node": "n-od"})
+    r = ext.post(
+        "bind", {"PodName": "p5", "PodNamespace": "ml", "PodUID": "uid-p5", "Node": "n-od"}
+    )
     assert r.json() == {"Error": ""}
     rows = ext.built.service.ledger.for_pod("uid-p5")
     assert len(rows) == 2 and {a.status for a in rows} == {Status.BOUND}
     assert {a.grant.memory_mib for a in rows} == {10240}
-    assert all(a.grant.sharing is Sharing.SHARED and a.node.instance_type == "g5.12xlarge"
-               for a in rows)
+    assert all(
+        a.grant.sharing is Sharing.SHARED and a.node.instance_type == "g5.12xlarge" for a in rows
+    )
     ann = ext.built.service.binder.annotations_of("uid-p5")  # type: ignore[attr-defined]
     assert set(ann["headroom.dev/gpu-uuids"].split(",")) == {a.grant.gpu_uuid for a in rows}
     assert ann["headroom.dev/gpu-memory-mib"] == "10240"
@@ -102,18 +107,27 @@ def test_whole_gpu_grant_is_exclusive_and_priced_as_the_whole_gpu(ext: Extender)
 def test_preempt_keeps_only_nodes_where_victims_free_enough(ext: Extender) -> None:
     for i in range(4):  # fill n-od with four whole-GPU pods
         ext.post("filter", ext.schedule_args(gpu_pod(f"w{i}"), ["n-od"]))
-        bound = ext.post("bind", {"PodName": f"w{i}", "PodNamespace": "ml",
-                                  "PodUID": f"uid-w{i}", "Node": "n-od"})
+        bound = ext.post(
+            "bind",
+            {"PodName": f"w{i}", "PodNamespace": "ml", "PodUID": f"uid-w{i}", "Node": "n-od"},
+        )
         assert bound.json()["Error"] == ""
     pod = gpu_pod("big", gpus=2)
-    args = {"Pod": pod, "NodeNameToVictims": None, "NodeNameToMetaVictims": {
-        "n-od": {"Pods": [{"UID": "uid-w0"}, {"UID": "uid-w1"}], "NumPDBViolations": 0},
-        "n-spot": {"Pods": [], "NumPDBViolations": 0}}}
+    args = {
+        "Pod": pod,
+        "NodeNameToVictims": None,
+        "NodeNameToMetaVictims": {
+            "n-od": {"Pods": [{"UID": "uid-w0"}, {"UID": "uid-w1"}], "NumPDBViolations": 0},
+            "n-spot": {"Pods": [], "NumPDBViolations": 0},
+        },
+    }
     kept = ext.post("preempt", args).json()["NodeNameToMetaVictims"]
     assert kept["n-od"]["Pods"] == [{"UID": "uid-w0"}, {"UID": "uid-w1"}]
     assert "n-spot" in kept  # fits already: empty victims are kept (kubernetes PR #135486)
-    one = {**args, "NodeNameToMetaVictims": {"n-od": {"Pods": [{"UID": "uid-w0"}],
-                                                       "NumPDBViolations": 0}}}
+    one = {
+        **args,
+        "NodeNameToMetaVictims": {"n-od": {"Pods": [{"UID": "uid-w0"}], "NumPDBViolations": 0}},
+    }
     assert ext.post("preempt", one).json() == {"NodeNameToMetaVictims": {}}
 
 
@@ -147,8 +161,9 @@ def test_nodes_mode_sees_a_changed_node_object(ext: Extender) -> None:
     plain["metadata"]["resourceVersion"] = "1001"
     first = ext.post("filter", nodes_mode(pod, [plain])).json()
     assert first["Nodes"]["items"] == [plain]
-    tainted = real_node("n-spot", taints=[{"key": "karpenter.sh/disrupted",
-                                           "effect": "NoSchedule"}])
+    tainted = real_node(
+        "n-spot", taints=[{"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}]
+    )
     tainted["metadata"]["resourceVersion"] = "1002"
     second = ext.post("filter", nodes_mode(pod, [tainted])).json()
     assert second["Nodes"]["items"] == []

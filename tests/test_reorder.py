@@ -38,8 +38,13 @@ def test_passing_positions_of_a_permutation() -> None:
     passed = ints(0, 2)  # the plan's positions 0 and 2 pass: ids 1 and 0
     assert passing_positions(where, ints(1, 2, 0), passed, 3).tolist() == [0, 2]
     assert passing_positions(where, ints(2, 0, 1), passed, 3).tolist() == [1, 2]
-    for not_a_permutation in (ints(1, 2), ints(1, 1, 0), ints(1, 2, 3), ints(1, 2, 0, 9),
-                              ints(1, 2, 0, 0)):
+    for not_a_permutation in (
+        ints(1, 2),
+        ints(1, 1, 0),
+        ints(1, 2, 3),
+        ints(1, 2, 0, 9),
+        ints(1, 2, 0, 0),
+    ):
         assert passing_positions(where, not_a_permutation, passed, 3) is None
 
 
@@ -68,10 +73,14 @@ def service_of(tmp_path: Path, nodes: Sequence[str]) -> Iterator[SchedulingServi
     reasons), prices apart; its ledger writer closed after the test (nothing written
     once the log is gone)."""
     clock = ManualClock()
-    svc = SchedulingService(Inventory(load_pricebook()), open_ledger(str(tmp_path / "l.db"),
-                                                                     clock),
-                            InProcessBinder(), policy_by_name("headroom"), clock,
-                            ServiceConfig(stale_after=3600, narrow_epsilon=0.05))
+    svc = SchedulingService(
+        Inventory(load_pricebook()),
+        open_ledger(str(tmp_path / "l.db"), clock),
+        InProcessBinder(),
+        policy_by_name("headroom"),
+        clock,
+        ServiceConfig(stale_after=3600, narrow_epsilon=0.05),
+    )
     for name in nodes:
         report_used(svc, name, 1024 * (int(name.split("-")[1]) % 12))
     yield svc
@@ -84,16 +93,23 @@ def report_used(svc: SchedulingService, name: str, mib: int) -> None:
     i = int(name.split("-")[1])
     d = SimulatedDriver("1xA10G:24Gi", seed=i, node=name, clock=svc.clock)
     d.start_process("hog", d.gpu_uuids[0], mib)
-    labels = {"node.kubernetes.io/instance-type": ("g5.xlarge", "g5.2xlarge")[i % 2],
-              "karpenter.sh/capacity-type": ("spot", "on-demand")[i % 3 == 0]}
+    labels = {
+        "node.kubernetes.io/instance-type": ("g5.xlarge", "g5.2xlarge")[i % 2],
+        "karpenter.sh/capacity-type": ("spot", "on-demand")[i % 3 == 0],
+    }
     svc.report(build_report(d, name, d.attribute, svc.clock, labels=labels))
 
 
 def pod(uid: str, memory: str = "16Gi") -> dict:
-    return {"metadata": {"name": uid, "namespace": "t", "uid": uid,
-                         "annotations": {"headroom.dev/gpu-memory": memory}},
-            "spec": {"containers": [{"name": "c", "resources": {"limits": {
-                "nvidia.com/gpu": "1"}}}]}}
+    return {
+        "metadata": {
+            "name": uid,
+            "namespace": "t",
+            "uid": uid,
+            "annotations": {"headroom.dev/gpu-memory": memory},
+        },
+        "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+    }
 
 
 class Asker:
@@ -105,8 +121,9 @@ class Asker:
     decoder does not hand back a kept list for one of the same names (``by_set``: it
     does in the server, see ``ArgsDecoder.names``)."""
 
-    def __init__(self, svc: SchedulingService, monkeypatch: pytest.MonkeyPatch,
-                 by_set: bool = False) -> None:
+    def __init__(
+        self, svc: SchedulingService, monkeypatch: pytest.MonkeyPatch, by_set: bool = False
+    ) -> None:
         self.svc, self.decoder, self.planned = svc, ArgsDecoder(index=svc.names), 0
         self.memory = "16Gi"  # every pod's ask
         if not by_set:
@@ -120,8 +137,11 @@ class Asker:
         monkeypatch.setattr(svc, "_plan", counted)
 
     def args(self, uid: str, names: Sequence[str]) -> object:
-        return self.decoder.decode(msgspec.json.encode(
-            {"Pod": pod(uid, self.memory), "Nodes": None, "NodeNames": list(names)}))
+        return self.decoder.decode(
+            msgspec.json.encode(
+                {"Pod": pod(uid, self.memory), "Nodes": None, "NodeNames": list(names)}
+            )
+        )
 
     def filter(self, uid: str, names: Sequence[str]) -> tuple[dict, NameList]:
         result, _ = self.svc.filter(self.args(uid, names))  # type: ignore[arg-type]
@@ -142,7 +162,8 @@ class Asker:
 
 
 def test_reordered_lists_are_answered_as_a_fresh_evaluation_would(
-        svc: SchedulingService, monkeypatch: pytest.MonkeyPatch) -> None:
+    svc: SchedulingService, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ask, rng = Asker(svc, monkeypatch), random.Random(5)
     for i in range(6):
         ask.filter(f"warm-{i}", NODES)  # the shape's plan, for the list in its own order
@@ -160,15 +181,16 @@ def test_reordered_lists_are_answered_as_a_fresh_evaluation_would(
         assert again == ask.fresh("prioritize", f"p{i}", backwards)
 
 
-def test_lists_that_are_not_reorderings_are_evaluated(svc: SchedulingService,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_lists_that_are_not_reorderings_are_evaluated(
+    svc: SchedulingService, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ask = Asker(svc, monkeypatch)
     _, passing = ask.filter("p", NODES)
     shuffled = NODES[::-1]
-    cases = {"filter": [shuffled[:-1], [*shuffled[:-1], "node-new"], [*shuffled[:-1],
-                                                                      shuffled[0]]],
-             "prioritize": [list(passing)[1:], [*passing, NODES[0]], [*list(passing)[1:],
-                                                                       passing[1]]]}
+    cases = {
+        "filter": [shuffled[:-1], [*shuffled[:-1], "node-new"], [*shuffled[:-1], shuffled[0]]],
+        "prioritize": [list(passing)[1:], [*passing, NODES[0]], [*list(passing)[1:], passing[1]]],
+    }
     for verb, lists in cases.items():
         for names in lists:
             ask.filter("p", NODES)
@@ -178,8 +200,9 @@ def test_lists_that_are_not_reorderings_are_evaluated(svc: SchedulingService,
             assert (answer[0] if verb == "filter" else answer) == ask.fresh(verb, "p", names)
 
 
-def test_the_plans_own_passing_list_keeps_its_reply(svc: SchedulingService,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_plans_own_passing_list_keeps_its_reply(
+    svc: SchedulingService, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The filter's passing list echoed in the plan's own order (replicas in a row) is
     answered by the plan path, whose reply is kept: the second ask gets the very bytes."""
     ask = Asker(svc, monkeypatch)
@@ -189,7 +212,8 @@ def test_the_plans_own_passing_list_keeps_its_reply(svc: SchedulingService,
 
 
 def test_a_new_shape_passing_the_nodes_another_passed_is_scored_from_its_plan(
-        svc: SchedulingService, monkeypatch: pytest.MonkeyPatch) -> None:
+    svc: SchedulingService, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Pods of new shapes often pass the very nodes an earlier pod passed, and the decoder
     then hands prioritize the earlier pod's list (the same bytes, the object kept first).
     It is still the filter's own passing list: scored from the plan's arrays (no plan
@@ -211,7 +235,8 @@ def test_a_new_shape_passing_the_nodes_another_passed_is_scored_from_its_plan(
 
 
 def test_a_scores_reply_is_written_once_for_the_same_nodes_and_scores(
-        svc: SchedulingService, monkeypatch: pytest.MonkeyPatch) -> None:
+    svc: SchedulingService, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The same nodes (by ids) with the same integer scores give the reply already
     written; other scores give their own reply, each score with its node."""
     _, passing = Asker(svc, monkeypatch).filter("p", NODES)
@@ -221,12 +246,14 @@ def test_a_scores_reply_is_written_once_for_the_same_nodes_and_scores(
     moved = (scores + 1) % 11
     other = svc._scores_reply(passing, moved)
     assert other is not first
-    assert msgspec.json.decode(other) == [{"Host": n, "Score": int(s)}
-                                          for n, s in zip(passing, moved, strict=True)]
+    assert msgspec.json.decode(other) == [
+        {"Host": n, "Score": int(s)} for n, s in zip(passing, moved, strict=True)
+    ]
 
 
 def test_a_long_list_read_in_row_order_gets_the_answer_of_list_order(
-        big: SchedulingService, monkeypatch: pytest.MonkeyPatch) -> None:
+    big: SchedulingService, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Nodes reported in another order than the scheduler lists them: the columns are
     read in row order and the answers put back in list order, the very replies of
     reading them in list order."""
@@ -244,7 +271,8 @@ def test_a_long_list_read_in_row_order_gets_the_answer_of_list_order(
 
 
 def test_the_server_answers_a_reordered_list_as_the_list_it_reorders(
-        svc: SchedulingService, monkeypatch: pytest.MonkeyPatch) -> None:
+    svc: SchedulingService, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """As the server decodes them, the same candidates in a new order are the list kept
     before: no plan looked up, the very reply of the plan (its order), which passes and
     fails exactly the nodes a fresh evaluation of the new order does; prioritize then
@@ -261,5 +289,6 @@ def test_the_server_answers_a_reordered_list_as_the_list_it_reorders(
         assert reply["FailedNodes"] == fresh["FailedNodes"] and reply["FailedNodes"]
         assert reply["NodeNames"] == [n for n in NODES if n in set(passing)]  # kept order
         scores = ask.prioritize(f"p{i}", passing)
-        assert sorted(scores, key=str) == sorted(ask.fresh("prioritize", f"p{i}", list(
-            passing)), key=str)
+        assert sorted(scores, key=str) == sorted(
+            ask.fresh("prioritize", f"p{i}", list(passing)), key=str
+        )

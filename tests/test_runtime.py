@@ -9,8 +9,9 @@ import sys
 def _printed(code: str) -> list[str]:
     """What ``code`` prints in a fresh interpreter (collector and malloc settings are
     process-wide: a test must not change them under the others)."""
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=True).stdout.split()
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split()
 
 
 def test_tune_runtime_sets_what_the_benchmarks_rely_on() -> None:

@@ -169,12 +169,18 @@ def test_no_placement_exceeds_headroom(
 
 @given(
     state=st.lists(st.tuples(st.integers(0, 96), st.booleans()), min_size=1, max_size=8),
-    shapes=st.lists(st.tuples(st.integers(1, 3), st.one_of(st.none(), st.integers(1, 48)),
-                              st.floats(0.01, 1)), min_size=1, max_size=5),
-    slot=st.integers(0, 7), take=st.integers(0, 96),
+    shapes=st.lists(
+        st.tuples(st.integers(1, 3), st.one_of(st.none(), st.integers(1, 48)), st.floats(0.01, 1)),
+        min_size=1,
+        max_size=5,
+    ),
+    slot=st.integers(0, 7),
+    take=st.integers(0, 96),
 )
 def test_fgd_incremental_fragmentation_equals_recomputing(
-    state: list[tuple[int, bool]], shapes: list[tuple[int, int | None, float]], slot: int,
+    state: list[tuple[int, bool]],
+    shapes: list[tuple[int, int | None, float]],
+    slot: int,
     take: int,
 ) -> None:
     """The O(1) trial placement in Fgd.place scores exactly what a full recount gives."""
@@ -187,27 +193,40 @@ def test_fgd_incremental_fragmentation_equals_recomputing(
     trial = list(gib_state)
     trial[i] = (new_free, False)
     assert _Aggregates(gib_state, mix).after(gib_state[i], new_free) == pytest.approx(
-        fragmentation(trial, mix))
+        fragmentation(trial, mix)
+    )
 
 
-@given(st.lists(st.tuples(st.sampled_from([0.0, 0.25, 0.35, 0.45, 0.5, 0.65, 1.0]),
-                          st.booleans(), st.sampled_from([None, 1.0, 2.0, 3.0, 1.5])),
-                min_size=1, max_size=30),
-       st.sampled_from([(1.0, 0.0), (0.0, 1.0), (1.0, 1.0), (2.0, 0.5), (0.5, 3.0)]))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([0.0, 0.25, 0.35, 0.45, 0.5, 0.65, 1.0]),
+            st.booleans(),
+            st.sampled_from([None, 1.0, 2.0, 3.0, 1.5]),
+        ),
+        min_size=1,
+        max_size=30,
+    ),
+    st.sampled_from([(1.0, 0.0), (0.0, 1.0), (1.0, 1.0), (2.0, 0.5), (0.5, 3.0)]),
+)
 def test_integer_priorities_round_ten_times_the_blend_half_to_even(
-        nodes: list[tuple[float, bool, float | None]], w: tuple[float, float]) -> None:
+    nodes: list[tuple[float, bool, float | None]], w: tuple[float, float]
+) -> None:
     """The compiled kernel gives round(10 x b(n)) as Python rounds (2.5 -> 2, 3.5 -> 4),
     clipped to 0..10, 0 where the node does not fit: exactly the NumPy formula."""
     import numpy as np
 
     from extender.scoring.framework import blended_array, priority_array
+
     raw = np.array([r for r, _, _ in nodes])
     fits = np.array([f for _, f, _ in nodes])
     prices = np.array([np.nan if p is None else p for _, _, p in nodes])
     weights = Weights(*w)
     b = blended_array(raw, fits, prices, weights)
-    expected = [int(min(max(round(10 * v), 0), 10)) if ok else 0
-                for v, ok in zip(b.tolist(), fits.tolist(), strict=True)]
+    expected = [
+        int(min(max(round(10 * v), 0), 10)) if ok else 0
+        for v, ok in zip(b.tolist(), fits.tolist(), strict=True)
+    ]
     assert priority_array(raw, fits, prices, weights).tolist() == expected
 
 
@@ -215,6 +234,7 @@ def test_integer_priorities_on_exact_halves() -> None:
     import numpy as np
 
     from extender.scoring.framework import priority_array
+
     raw = np.array([0.0, 0.25, 0.45, 0.75, 1.0, 0.5])
     fits = np.array([True, True, True, True, True, False])
     scores = priority_array(raw, fits, np.full(6, np.nan), Weights(1.0, 0.0))

@@ -10,14 +10,30 @@ from pathlib import Path
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "extender.cli", "simulate", *args],
-                          capture_output=True, text=True, timeout=600, check=True)
+    return subprocess.run(
+        [sys.executable, "-m", "extender.cli", "simulate", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
 
 
 def test_simulate_compares_policies_as_json_and_plot(tmp_path: Path) -> None:
     png = tmp_path / "cmp.png"
-    out = run("--nodes", "8", "--pods", "60", "--policy", "binpack,fgd", "--seed", "3",
-              "--json", "--plot", str(png))
+    out = run(
+        "--nodes",
+        "8",
+        "--pods",
+        "60",
+        "--policy",
+        "binpack,fgd",
+        "--seed",
+        "3",
+        "--json",
+        "--plot",
+        str(png),
+    )
     results = json.loads(out.stdout)
     assert [r["policy"] for r in results] == ["binpack", "fgd"]
     for r in results:

@@ -19,14 +19,20 @@ from extender.webhook import BadReview, WebhookPolicy, review_pod, webhook_route
 UID = "705ab4f5-6393-11e8-b7cc-42010a800002"
 
 
-def _container(name: str = "main", env: list[dict[str, Any]] | None = None,
-               resources: dict[str, Any] | None = None) -> dict[str, Any]:
+def _container(
+    name: str = "main",
+    env: list[dict[str, Any]] | None = None,
+    resources: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """A container as admission sees it: after defaulting."""
     c: dict[str, Any] = {
-        "name": name, "image": "nvcr.io/nvidia/pytorch:24.07-py3",
-        "command": ["python", "train.py"], "resources": resources or {},
+        "name": name,
+        "image": "nvcr.io/nvidia/pytorch:24.07-py3",
+        "command": ["python", "train.py"],
+        "resources": resources or {},
         "terminationMessagePath": "/dev/termination-log",
-        "terminationMessagePolicy": "File", "imagePullPolicy": "IfNotPresent",
+        "terminationMessagePolicy": "File",
+        "imagePullPolicy": "IfNotPresent",
     }
     if env is not None:
         c["env"] = env
@@ -35,23 +41,45 @@ def _container(name: str = "main", env: list[dict[str, Any]] | None = None,
 
 def _pod(containers: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:
     return {
-        "kind": "Pod", "apiVersion": "v1",
-        "metadata": {"generateName": "trainer-", "namespace": "ml",
-                     "labels": {"batch.kubernetes.io/job-name": "trainer"},
-                     "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job",
-                                          "name": "trainer", "uid": "b1c2", "controller": True,
-                                          "blockOwnerDeletion": True}]},
-        "spec": {"containers": containers, "restartPolicy": "Never",
-                 "terminationGracePeriodSeconds": 30, "dnsPolicy": "ClusterFirst",
-                 "serviceAccountName": "default", "schedulerName": "default-scheduler",
-                 "enableServiceLinks": True, "preemptionPolicy": "PreemptLowerPriority",
-                 "priority": 0, **spec},
+        "kind": "Pod",
+        "apiVersion": "v1",
+        "metadata": {
+            "generateName": "trainer-",
+            "namespace": "ml",
+            "labels": {"batch.kubernetes.io/job-name": "trainer"},
+            "ownerReferences": [
+                {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "name": "trainer",
+                    "uid": "b1c2",
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": {
+            "containers": containers,
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 30,
+            "dnsPolicy": "ClusterFirst",
+            "serviceAccountName": "default",
+            "schedulerName": "default-scheduler",
+            "enableServiceLinks": True,
+            "preemptionPolicy": "PreemptLowerPriority",
+            "priority": 0,
+            **spec,
+        },
         "status": {},
     }
 
 
-def _review(pod: dict[str, Any] | None, operation: str = "CREATE",
-            namespace: str = "ml", sub_resource: str | None = None) -> dict[str, Any]:
+def _review(
+    pod: dict[str, Any] | None,
+    operation: str = "CREATE",
+    namespace: str = "ml",
+    sub_resource: str | None = None,
+) -> dict[str, Any]:
     """An AdmissionReview as kube-apiserver posts it to a ValidatingWebhookConfiguration."""
     request: dict[str, Any] = {
         "uid": UID,
@@ -59,12 +87,20 @@ def _review(pod: dict[str, Any] | None, operation: str = "CREATE",
         "resource": {"group": "", "version": "v1", "resource": "pods"},
         "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
         "requestResource": {"group": "", "version": "v1", "resource": "pods"},
-        "namespace": namespace, "operation": operation,
-        "userInfo": {"username": "system:serviceaccount:kube-system:job-controller",
-                     "uid": "3f5a", "groups": ["system:serviceaccounts",
-                                                "system:serviceaccounts:kube-system",
-                                                "system:authenticated"]},
-        "object": pod, "oldObject": None, "dryRun": False,
+        "namespace": namespace,
+        "operation": operation,
+        "userInfo": {
+            "username": "system:serviceaccount:kube-system:job-controller",
+            "uid": "3f5a",
+            "groups": [
+                "system:serviceaccounts",
+                "system:serviceaccounts:kube-system",
+                "system:authenticated",
+            ],
+        },
+        "object": pod,
+        "oldObject": None,
+        "dryRun": False,
         "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"},
     }
     if sub_resource:
@@ -73,8 +109,10 @@ def _review(pod: dict[str, Any] | None, operation: str = "CREATE",
 
 
 def _env(value: str) -> list[dict[str, Any]]:
-    return [{"name": "PYTHONUNBUFFERED", "value": "1"},
-            {"name": "NVIDIA_VISIBLE_DEVICES", "value": value}]
+    return [
+        {"name": "PYTHONUNBUFFERED", "value": "1"},
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": value},
+    ]
 
 
 GPU = {"limits": {"nvidia.com/gpu": "1"}, "requests": {"nvidia.com/gpu": "1"}}
@@ -94,8 +132,9 @@ def url() -> Iterator[str]:
 
 def _post(url: str, body: Any, path: str = "/admit/pods") -> httpx.Response:
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
-    return httpx.post(url + path, content=content,
-                      headers={"Content-Type": "application/json"}, timeout=10)
+    return httpx.post(
+        url + path, content=content, headers={"Content-Type": "application/json"}, timeout=10
+    )
 
 
 def _response(url: str, review: dict[str, Any], path: str = "/admit/pods") -> dict[str, Any]:
@@ -114,11 +153,20 @@ def test_denies_all_without_a_gpu_request(url: str) -> None:
     assert resp["status"]["code"] == 403
     assert resp["status"]["message"] == (
         "container 'main' sets NVIDIA_VISIBLE_DEVICES=all but requests no GPU; "
-        "remove the variable or request nvidia.com/gpu / a ResourceClaim")
+        "remove the variable or request nvidia.com/gpu / a ResourceClaim"
+    )
 
 
-@pytest.mark.parametrize("value", ["0", "0,1", "GPU-4b0c3b1f-7e2a-5d1e-9c3f-1a2b3c4d5e6f",
-                                   "MIG-5c1a9e7e-2f43-5a5c-9b1e-0d6f1c2e3a4b", "ALL"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "0",
+        "0,1",
+        "GPU-4b0c3b1f-7e2a-5d1e-9c3f-1a2b3c4d5e6f",
+        "MIG-5c1a9e7e-2f43-5a5c-9b1e-0d6f1c2e3a4b",
+        "ALL",
+    ],
+)
 def test_denies_device_ids_and_uuids(url: str, value: str) -> None:
     resp = _response(url, _review(_pod([_container(env=_env(value))])))
     assert resp["allowed"] is False
@@ -131,11 +179,14 @@ def test_allows_values_that_hide_gpus(url: str, value: str) -> None:
     assert resp == {"uid": UID, "allowed": True}
 
 
-@pytest.mark.parametrize("resources", [
-    GPU,
-    {"limits": {"nvidia.com/gpu": "2"}},
-    {"limits": {"nvidia.com/mig-1g.10gb": "1"}, "requests": {"nvidia.com/mig-1g.10gb": "1"}},
-])
+@pytest.mark.parametrize(
+    "resources",
+    [
+        GPU,
+        {"limits": {"nvidia.com/gpu": "2"}},
+        {"limits": {"nvidia.com/mig-1g.10gb": "1"}, "requests": {"nvidia.com/mig-1g.10gb": "1"}},
+    ],
+)
 def test_allows_containers_that_request_gpus(url: str, resources: dict[str, Any]) -> None:
     resp = _response(url, _review(_pod([_container(env=_env("all"), resources=resources)])))
     assert resp["allowed"] is True
@@ -149,8 +200,9 @@ def test_zero_gpus_is_no_gpu(url: str) -> None:
 
 def test_allows_a_dra_claim(url: str) -> None:
     container = _container(env=_env("all"), resources={"claims": [{"name": "gpu"}]})
-    pod = _pod([container], resourceClaims=[{"name": "gpu",
-                                             "resourceClaimTemplateName": "gpu-20gi"}])
+    pod = _pod(
+        [container], resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "gpu-20gi"}]
+    )
     assert _response(url, _review(pod))["allowed"] is True
     # A claim the pod does not declare does not count.
     pod["spec"]["resourceClaims"] = []
@@ -165,12 +217,15 @@ def test_a_gpu_in_one_container_does_not_cover_another(url: str) -> None:
 
 
 def test_init_and_ephemeral_containers_are_checked(url: str) -> None:
-    pod = _pod([_container(resources=GPU)],
-               initContainers=[_container("warmup", env=_env("all"))])
+    pod = _pod([_container(resources=GPU)], initContainers=[_container("warmup", env=_env("all"))])
     resp = _response(url, _review(pod))
     assert resp["status"]["message"].startswith("init container 'warmup' sets")
-    debug = {"name": "debugger-x7k2", "image": "busybox", "env": _env("all"),
-             "targetContainerName": "main"}
+    debug = {
+        "name": "debugger-x7k2",
+        "image": "busybox",
+        "env": _env("all"),
+        "targetContainerName": "main",
+    }
     pod = _pod([_container(resources=GPU)], ephemeralContainers=[debug])
     resp = _response(url, _review(pod, operation="UPDATE", sub_resource="ephemeralcontainers"))
     assert resp["allowed"] is False
@@ -185,8 +240,12 @@ def test_two_violations_are_both_named(url: str) -> None:
 
 
 def test_value_from_is_denied_as_uncheckable(url: str) -> None:
-    env = [{"name": "NVIDIA_VISIBLE_DEVICES",
-            "valueFrom": {"configMapKeyRef": {"name": "gpu-env", "key": "devices"}}}]
+    env = [
+        {
+            "name": "NVIDIA_VISIBLE_DEVICES",
+            "valueFrom": {"configMapKeyRef": {"name": "gpu-env", "key": "devices"}},
+        }
+    ]
     resp = _response(url, _review(_pod([_container(env=env)])))
     assert resp["allowed"] is False
     assert "from valueFrom (cannot be checked at admission)" in resp["status"]["message"]
@@ -195,8 +254,10 @@ def test_value_from_is_denied_as_uncheckable(url: str) -> None:
 
 
 def test_the_last_entry_wins(url: str) -> None:
-    hidden = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
-              {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]
+    hidden = [
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},
+    ]
     assert _response(url, _review(_pod([_container(env=hidden)])))["allowed"] is True
     shown = list(reversed(hidden))
     assert _response(url, _review(_pod([_container(env=shown)])))["allowed"] is False
@@ -223,7 +284,8 @@ def test_warn_mode_allows_with_warnings(url: str) -> None:
     assert "status" not in resp
     assert resp["warnings"] == [
         "headroom: container 'main' sets NVIDIA_VISIBLE_DEVICES=all but requests no GPU; "
-        "remove the variable or request nvidia.com/gpu / a ResourceClaim"]
+        "remove the variable or request nvidia.com/gpu / a ResourceClaim"
+    ]
 
 
 def _broken(mutate: Any) -> dict[str, Any]:
@@ -232,27 +294,42 @@ def _broken(mutate: Any) -> dict[str, Any]:
     return review
 
 
-@pytest.mark.parametrize(("body", "error"), [
-    (b"{not json", "body is not JSON"),
-    (b"\xff\xfe", "body is not JSON"),
-    ([], "body must be a JSON object"),
-    (_broken(lambda r: r.update(apiVersion="admission.k8s.io/v1beta1")),
-     "expected apiVersion admission.k8s.io/v1 kind AdmissionReview, got "
-     "'admission.k8s.io/v1beta1' 'AdmissionReview'"),
-    (_broken(lambda r: r.pop("request")), "AdmissionReview has no request object"),
-    (_broken(lambda r: r["request"].pop("uid")), "request.uid must be a non-empty string"),
-    (_broken(lambda r: r["request"].update(object=[])), "request.object must be a Pod object"),
-    (_broken(lambda r: r["request"]["object"].pop("spec")),
-     "request.object.spec must be an object"),
-    (_broken(lambda r: r["request"]["object"]["spec"].update(containers={})),
-     "request.object.spec.containers must be a list"),
-    (_broken(lambda r: r["request"]["object"]["spec"]["containers"][0].update(env="x")),
-     "request.object.spec.containers[0].env must be a list"),
-    (_broken(lambda r: r["request"]["object"]["spec"]["containers"][0]["env"].append(7)),
-     "request.object.spec.containers[0].env[2] must be an object"),
-    (_broken(lambda r: r["request"]["object"]["spec"]["containers"][0].update(resources=[])),
-     "request.object.spec.containers[0].resources must be an object"),
-])
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        (b"{not json", "body is not JSON"),
+        (b"\xff\xfe", "body is not JSON"),
+        ([], "body must be a JSON object"),
+        (
+            _broken(lambda r: r.update(apiVersion="admission.k8s.io/v1beta1")),
+            "expected apiVersion admission.k8s.io/v1 kind AdmissionReview, got "
+            "'admission.k8s.io/v1beta1' 'AdmissionReview'",
+        ),
+        (_broken(lambda r: r.pop("request")), "AdmissionReview has no request object"),
+        (_broken(lambda r: r["request"].pop("uid")), "request.uid must be a non-empty string"),
+        (_broken(lambda r: r["request"].update(object=[])), "request.object must be a Pod object"),
+        (
+            _broken(lambda r: r["request"]["object"].pop("spec")),
+            "request.object.spec must be an object",
+        ),
+        (
+            _broken(lambda r: r["request"]["object"]["spec"].update(containers={})),
+            "request.object.spec.containers must be a list",
+        ),
+        (
+            _broken(lambda r: r["request"]["object"]["spec"]["containers"][0].update(env="x")),
+            "request.object.spec.containers[0].env must be a list",
+        ),
+        (
+            _broken(lambda r: r["request"]["object"]["spec"]["containers"][0]["env"].append(7)),
+            "request.object.spec.containers[0].env[2] must be an object",
+        ),
+        (
+            _broken(lambda r: r["request"]["object"]["spec"]["containers"][0].update(resources=[])),
+            "request.object.spec.containers[0].resources must be an object",
+        ),
+    ],
+)
 def test_malformed_reviews_are_400_naming_the_problem(url: str, body: Any, error: str) -> None:
     r = _post(url, body)
     assert r.status_code == 400, r.text
@@ -261,21 +338,29 @@ def test_malformed_reviews_are_400_naming_the_problem(url: str, body: Any, error
 
 _json = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=5),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner,
-                                                                max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
     max_leaves=8,
 )
-_PATHS = [("request",), ("request", "object"), ("request", "object", "spec"),
-          ("request", "object", "spec", "containers"),
-          ("request", "object", "spec", "containers", 0),
-          ("request", "object", "spec", "containers", 0, "env"),
-          ("request", "object", "spec", "containers", 0, "env", 1),
-          ("request", "object", "spec", "containers", 0, "resources"),
-          ("request", "object", "spec", "containers", 0, "name"),
-          ("request", "object", "spec", "containers", 0, "resources", "limits"),
-          ("request", "object", "spec", "containers", 0, "resources", "claims"),
-          ("request", "object", "spec", "resourceClaims"), ("request", "kind"),
-          ("request", "namespace"), ("request", "object", "metadata"), ("request", "uid")]
+_PATHS = [
+    ("request",),
+    ("request", "object"),
+    ("request", "object", "spec"),
+    ("request", "object", "spec", "containers"),
+    ("request", "object", "spec", "containers", 0),
+    ("request", "object", "spec", "containers", 0, "env"),
+    ("request", "object", "spec", "containers", 0, "env", 1),
+    ("request", "object", "spec", "containers", 0, "resources"),
+    ("request", "object", "spec", "containers", 0, "name"),
+    ("request", "object", "spec", "containers", 0, "resources", "limits"),
+    ("request", "object", "spec", "containers", 0, "resources", "claims"),
+    ("request", "object", "spec", "resourceClaims"),
+    ("request", "kind"),
+    ("request", "namespace"),
+    ("request", "object", "metadata"),
+    ("request", "uid"),
+]
 
 
 @settings(max_examples=300, deadline=None)

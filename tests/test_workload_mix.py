@@ -53,8 +53,9 @@ def test_shares_follow_the_decay_of_older_arrivals() -> None:
         mix.observe(demand)
     weights: dict[tuple, float] = {}
     for age, demand in enumerate(reversed(shapes)):
-        weights[demand.key] = weights.get(demand.key, 0.0) + 0.9 ** age
+        weights[demand.key] = weights.get(demand.key, 0.0) + 0.9**age
     total = sum(weights.values())
     assert {shape: round(p, 12) for shape, p in mix.mix} == {
-        shape: round(w / total, 12) for shape, w in weights.items()}
+        shape: round(w / total, 12) for shape, w in weights.items()
+    }
     assert dict(mix.mix)[(2, None, "")] > 0.5  # decay favours the recent arrivals

@@ -85,14 +85,28 @@ def workload(setup: Setup, seed: int) -> tuple[list[SimNode], list[TracePod]]:
 def one_run(c: Contender, mode: Mode, seed: int, setup: Setup) -> Result:
     nodes, trace = workload(setup, seed)
     ctx = Context(limits=EXACT, mix=trace_mix(trace))
-    return inflate(nodes, trace, make_policy(c.policy, seed), ctx, Weights(1.0, c.cost_weight),
-                   mode, c.narrowing, seed, c.label, model_memory(nodes),
-                   setup.max_arrived, setup.fail_streak)
+    return inflate(
+        nodes,
+        trace,
+        make_policy(c.policy, seed),
+        ctx,
+        Weights(1.0, c.cost_weight),
+        mode,
+        c.narrowing,
+        seed,
+        c.label,
+        model_memory(nodes),
+        setup.max_arrived,
+        setup.fail_streak,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.quality", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.quality",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", type=Path, default=Path("docs"))
     ap.add_argument("--nodes", type=int, default=500, help="synthetic cluster size")
@@ -105,8 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--alibaba-pods", type=Path, help="openb_pod_list CSV")
     ap.add_argument("--no-ideal", action="store_true", help="skip the ideal-argmax runs")
     a = ap.parse_args(argv)
-    setup = Setup(a.nodes, a.spot_share, 5000, a.max_arrived, a.fail_streak,
-                  a.alibaba_nodes, a.alibaba_pods)
+    setup = Setup(
+        a.nodes, a.spot_share, 5000, a.max_arrived, a.fail_streak, a.alibaba_nodes, a.alibaba_pods
+    )
     modes = (KUBE,) if a.no_ideal else (KUBE, IDEAL)
     tasks = [(c, m, a.seed + r) for c in CONTENDERS for m in modes for r in range(a.repeats)]
     runs: dict[tuple[str, str], list[Result]] = {}

@@ -44,8 +44,9 @@ def table(runs: Runs, labels: Sequence[str]) -> str:
         frag = _mean([r.frag_gib / r.capacity_gib for r in k])
         fill = _mean([r.fill_cost_per_gib_hour() for r in k])
         half = _mean([next((p[2] for p in r.curve if p[0] >= 0.5), 0.0) for r in k])
-        placed, failed, arrived = (sum(getattr(r, f) for r in k)
-                                   for f in ("placed", "failed", "arrived"))
+        placed, failed, arrived = (
+            sum(getattr(r, f) for r in k) for f in ("placed", "failed", "arrived")
+        )
         rows.append(
             f"| {label} | {_mean(a100):.1%} ± {_sd(a100):.1%} | {ideal} "
             f"| {_mean([r.allocation for r in k]):.1%} | {idle:.1%} | {frag:.1%} "
@@ -82,8 +83,13 @@ def plot_allocation(runs: Runs, labels: Sequence[str], path: Path, title: str) -
             ys = _mean_curve(runs[(label, "ideal")], 1)
             ax.plot(xs, [y * 100 for y in ys], "k--", lw=1, label=f"{label}, ideal ties")
     ax.plot(xs, xs, ":", color="grey", lw=1, label="everything placed")
-    ax.set(xlabel="arrived workload (% of cluster GPU memory)",
-           ylabel="GPU memory allocated (%)", title=title, xlim=(40, 130), ylim=(40, 101))
+    ax.set(
+        xlabel="arrived workload (% of cluster GPU memory)",
+        ylabel="GPU memory allocated (%)",
+        title=title,
+        xlim=(40, 130),
+        ylim=(40, 101),
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
@@ -97,13 +103,18 @@ def plot_cost(runs: Runs, labels: Sequence[str], path: Path, title: str) -> None
     for label in labels:
         ys = _mean_curve(runs[(label, "kube")], 4)
         left.plot(xs, [y * 1000 for y in ys], label=label)
-    left.set(xlabel="arrived workload (% of cluster GPU memory)",
-             ylabel="USD/h of nodes in use per allocated GiB (milli-USD)", xlim=(5, 110),
-             ylim=(0, 150), title=title)
+    left.set(
+        xlabel="arrived workload (% of cluster GPU memory)",
+        ylabel="USD/h of nodes in use per allocated GiB (milli-USD)",
+        xlim=(5, 110),
+        ylim=(0, 150),
+        title=title,
+    )
     left.grid(alpha=0.3)
     left.legend(fontsize=7)
-    fills = [_mean([r.fill_cost_per_gib_hour() for r in runs[(lb, "kube")]]) * 1000
-             for lb in labels]
+    fills = [
+        _mean([r.fill_cost_per_gib_hour() for r in runs[(lb, "kube")]]) * 1000 for lb in labels
+    ]
     right.barh(list(labels), fills, color="tab:blue")
     right.invert_yaxis()
     right.set(xlabel="milli-USD per delivered GiB-hour, filling to 100%")

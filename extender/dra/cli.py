@@ -24,11 +24,15 @@ def add_claim_command(subparsers: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("--count", type=int, default=1, help=f"devices (1..{MAX_COUNT}, default 1)")
     p.add_argument("--model", help="RE2 regex on the device productName, e.g. 'H100|H200'")
     p.add_argument("--name", help="template name (default gpu-<memory>, e.g. gpu-20gi)")
-    p.add_argument("--class", dest="class_name", default=DRIVER,
-                   help=f"DeviceClass name (default {DRIVER})")
+    p.add_argument(
+        "--class", dest="class_name", default=DRIVER, help=f"DeviceClass name (default {DRIVER})"
+    )
     p.add_argument("--namespace", help="namespace to put in the template's metadata")
-    p.add_argument("--device-class", action="store_true",
-                   help="also print the DeviceClass as a second YAML document")
+    p.add_argument(
+        "--device-class",
+        action="store_true",
+        help="also print the DeviceClass as a second YAML document",
+    )
     p.set_defaults(func=run_claim)
 
 

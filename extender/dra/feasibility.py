@@ -131,31 +131,50 @@ def _fit_exact(
     device_class = classes.get(class_name)
     if device_class is None:
         return f"request {label!r}: DeviceClass {class_name!r} not found"
-    expressions = [*selector_expressions(_spec(device_class).get("selectors")),
-                   *selector_expressions(spec.get("selectors"))]
+    expressions = [
+        *selector_expressions(_spec(device_class).get("selectors")),
+        *selector_expressions(spec.get("selectors")),
+    ]
     raw_tolerations = spec.get("tolerations")
     tolerations: list[Any] = raw_tolerations if isinstance(raw_tolerations, list) else []
     if spec.get("allocationMode", "ExactCount") == "All":
         matching, errors = _matching(candidates, expressions, tolerations)
-        return _all(label, class_name, matching, [c for c in matching if c.key not in taken],
-                    errors)
-    return _exact_count(label, class_name, spec.get("count", 1), expressions, tolerations,
-                        candidates, taken)
+        return _all(
+            label, class_name, matching, [c for c in matching if c.key not in taken], errors
+        )
+    return _exact_count(
+        label, class_name, spec.get("count", 1), expressions, tolerations, candidates, taken
+    )
 
 
-def _all(label: str, class_name: str, matching: list[_Candidate], free: list[_Candidate],
-         errors: list[str]) -> list[Picked] | str:
+def _all(
+    label: str,
+    class_name: str,
+    matching: list[_Candidate],
+    free: list[_Candidate],
+    errors: list[str],
+) -> list[Picked] | str:
     if not matching:
         return _why(label, f"no device of class {class_name!r} matches", errors)
     if len(free) < len(matching):
-        return _why(label, f"asks for all {len(matching)} matching devices, "
-                    f"{len(matching) - len(free)} already allocated", errors)
+        return _why(
+            label,
+            f"asks for all {len(matching)} matching devices, "
+            f"{len(matching) - len(free)} already allocated",
+            errors,
+        )
     return [_pick(label, c) for c in free]
 
 
-def _exact_count(label: str, class_name: str, count: Any, expressions: list[str],
-                 tolerations: list[Any], candidates: Sequence[_Candidate],
-                 taken: set[DeviceKey]) -> list[Picked] | str:
+def _exact_count(
+    label: str,
+    class_name: str,
+    count: Any,
+    expressions: list[str],
+    tolerations: list[Any],
+    candidates: Sequence[_Candidate],
+    taken: set[DeviceKey],
+) -> list[Picked] | str:
     """First ``count`` free matching devices; only free devices are evaluated on success."""
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         return f"request {label!r}: count {count!r} is not a positive integer"
@@ -164,14 +183,20 @@ def _exact_count(label: str, class_name: str, count: Any, expressions: list[str]
     if len(chosen) == count:
         return [_pick(label, c) for c in chosen]
     # Allocated devices are not evaluated: on a full node that is where the time would go.
-    return _why(label, f"needs {count} device(s) of class {class_name!r}; {len(chosen)} of "
-                f"{len(free)} free device(s) match ({len(candidates) - len(free)} allocated)",
-                errors)
+    return _why(
+        label,
+        f"needs {count} device(s) of class {class_name!r}; {len(chosen)} of "
+        f"{len(free)} free device(s) match ({len(candidates) - len(free)} allocated)",
+        errors,
+    )
 
 
-def _matching(candidates: Sequence[_Candidate], expressions: list[str],
-              tolerations: list[Any], limit: int | None = None,
-              ) -> tuple[list[_Candidate], list[str]]:
+def _matching(
+    candidates: Sequence[_Candidate],
+    expressions: list[str],
+    tolerations: list[Any],
+    limit: int | None = None,
+) -> tuple[list[_Candidate], list[str]]:
     """Usable devices passing every selector (stopping at ``limit``), and selector errors."""
     out: list[_Candidate] = []
     errors: list[str] = []

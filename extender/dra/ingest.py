@@ -91,8 +91,13 @@ def decisions_from_claim(
     owners = [_pod(_map(r), pods, ref) for r in reserving]
     node_info = node_ref(node)
     return [
-        Decision(pod=pod, node=node_info, grants=tuple(_share(g, i, len(owners)) for g in grants),
-                 decided_at=at, policy=POLICY)
+        Decision(
+            pod=pod,
+            node=node_info,
+            grants=tuple(_share(g, i, len(owners)) for g in grants),
+            decided_at=at,
+            policy=POLICY,
+        )
         for i, pod in enumerate(owners)
     ]
 
@@ -102,8 +107,9 @@ def claim_ref(claim: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
-def allocation_node(claim: Mapping[str, Any], slices: Sequence[Mapping[str, Any]],
-                    results: list[Any]) -> str:
+def allocation_node(
+    claim: Mapping[str, Any], slices: Sequence[Mapping[str, Any]], results: list[Any]
+) -> str:
     """The node from ``allocation.nodeSelector`` (metadata.name field or hostname label),
     else from the ResourceSlice that published the first allocated device."""
     selector = _map(_map(_map(claim.get("status")).get("allocation")).get("nodeSelector"))
@@ -135,19 +141,29 @@ def _in_value(requirements: Any, key: str) -> str:
 def _publishes(spec: Mapping[str, Any], results: list[Any]) -> bool:
     pool = _map(spec.get("pool")).get("name")
     names = {d.get("name") for d in _list(spec.get("devices")) if isinstance(d, Mapping)}
-    return any(_map(r).get("driver") == spec.get("driver") and _map(r).get("pool") == pool
-               and _map(r).get("device") in names for r in results)
+    return any(
+        _map(r).get("driver") == spec.get("driver")
+        and _map(r).get("pool") == pool
+        and _map(r).get("device") in names
+        for r in results
+    )
 
 
-def _grant(result: Mapping[str, Any], devices: Mapping[DeviceKey, Mapping[str, Any]],
-           slices: Sequence[Mapping[str, Any]], claim: str,
-           gpu_price: Decimal | None) -> GpuGrant | None:
-    key = DeviceKey(str(result.get("driver", "")), str(result.get("pool", "")),
-                    str(result.get("device", "")))
+def _grant(
+    result: Mapping[str, Any],
+    devices: Mapping[DeviceKey, Mapping[str, Any]],
+    slices: Sequence[Mapping[str, Any]],
+    claim: str,
+    gpu_price: Decimal | None,
+) -> GpuGrant | None:
+    key = DeviceKey(
+        str(result.get("driver", "")), str(result.get("pool", "")), str(result.get("device", ""))
+    )
     device = devices.get(key)
     if device is None:
-        raise ClaimIngestError(f"claim {claim}: device {'/'.join(key)} is not in any "
-                               "current ResourceSlice")
+        raise ClaimIngestError(
+            f"claim {claim}: device {'/'.join(key)} is not in any current ResourceSlice"
+        )
     uuid, own_mib = device_uuid(device), device_memory_mib(device)
     if uuid is None or own_mib is None:
         return None  # not a GPU: nothing to bill on the memory anchor
@@ -156,10 +172,16 @@ def _grant(result: Mapping[str, Any], devices: Mapping[DeviceKey, Mapping[str, A
     total = _gpu_total_mib(device, devices, slices) if profile else own_mib
     price = (gpu_price or Decimal(0)) * Decimal(min(granted, total)) / Decimal(total)
     return GpuGrant(
-        gpu_uuid=uuid, gpu_index=gpu_index(key.device),
-        model=device_string(device, "productName") or "", memory_mib=granted,
-        gpu_total_mib=total, sharing=Sharing.DRA, price_per_hour=price, mig_profile=profile,
-        claim=claim, dra_device="/".join(key),
+        gpu_uuid=uuid,
+        gpu_index=gpu_index(key.device),
+        model=device_string(device, "productName") or "",
+        memory_mib=granted,
+        gpu_total_mib=total,
+        sharing=Sharing.DRA,
+        price_per_hour=price,
+        mig_profile=profile,
+        claim=claim,
+        dra_device="/".join(key),
     )
 
 
@@ -172,8 +194,11 @@ def _consumed_mib(result: Mapping[str, Any]) -> int | None:
         return None
 
 
-def _gpu_total_mib(mig: Mapping[str, Any], devices: Mapping[DeviceKey, Mapping[str, Any]],
-                   slices: Sequence[Mapping[str, Any]]) -> int:
+def _gpu_total_mib(
+    mig: Mapping[str, Any],
+    devices: Mapping[DeviceKey, Mapping[str, Any]],
+    slices: Sequence[Mapping[str, Any]],
+) -> int:
     """The parent GPU's memory for a MIG device (see the module docstring for the order)."""
     parent = device_string(mig, "parentUUID")
     for device in devices.values():

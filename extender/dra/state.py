@@ -83,7 +83,7 @@ class DraState:
             claims = list(self._claims.values())
         taken = set()
         for c in claims:
-            results = (((c.get("status") or {}).get("allocation") or {}).get("devices") or {})
+            results = ((c.get("status") or {}).get("allocation") or {}).get("devices") or {}
             for r in results.get("results") or []:
                 taken.add((r.get("driver", ""), r.get("pool", ""), r.get("device", "")))
         return taken
@@ -100,7 +100,7 @@ class DraState:
                 claim = self._claims.get((ns, name)) if name else None
                 if claim is None:
                     return None
-                spec = ((claim.get("spec") or {}).get("devices") or {})
+                spec = (claim.get("spec") or {}).get("devices") or {}
                 requests.extend(spec.get("requests") or [])
         return requests
 

@@ -119,8 +119,12 @@ def device_class(name: str = DRIVER, extended_resource_name: str | None = None) 
     spec: dict[str, Any] = {"selectors": [{"cel": {"expression": expression}}]}
     if extended_resource_name:
         spec["extendedResourceName"] = extended_resource_name
-    return {"apiVersion": API_VERSION, "kind": "DeviceClass", "metadata": {"name": name},
-            "spec": spec}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "DeviceClass",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
 
 
 def _check_memory(memory: str) -> None:

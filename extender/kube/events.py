@@ -63,8 +63,9 @@ def _event(pod: PodRef, message: str) -> client.CoreV1Event:
     now = datetime.now(UTC)
     return client.CoreV1Event(
         metadata=client.V1ObjectMeta(generate_name=f"{pod.name}.", namespace=pod.namespace),
-        involved_object=client.V1ObjectReference(kind="Pod", name=pod.name,
-                                                 namespace=pod.namespace, uid=pod.uid),
+        involved_object=client.V1ObjectReference(
+            kind="Pod", name=pod.name, namespace=pod.namespace, uid=pod.uid
+        ),
         reason=REASON,
         message=message[:1024],
         type="Warning",

@@ -53,12 +53,18 @@ class ClusterSync:
         self.watchers = [
             Watcher(self.dyn, NODES, self._nodes_listed, self._node_event, self.stop),
             Watcher(self.dyn, PODS, self._pods_listed, self._pod_event, self.stop),
-            Watcher(self.dyn, CLASSES, lambda items: self.dra.replace("class", items),
-                    lambda kind, obj: self.dra.put_class(obj, kind == "DELETED"), self.stop),
+            Watcher(
+                self.dyn,
+                CLASSES,
+                lambda items: self.dra.replace("class", items),
+                lambda kind, obj: self.dra.put_class(obj, kind == "DELETED"),
+                self.stop,
+            ),
             Watcher(self.dyn, SLICES, self._slices_listed, self._slice_event, self.stop),
             Watcher(self.dyn, CLAIMS, self._claims_listed, self._claim_event, self.stop),
-            Watcher(self.dyn, NODECLAIMS, self._nodeclaims_listed, self._nodeclaim_event,
-                    self.stop),
+            Watcher(
+                self.dyn, NODECLAIMS, self._nodeclaims_listed, self._nodeclaim_event, self.stop
+            ),
         ]
         service.pod_lookup = self._lookup
 
@@ -139,15 +145,27 @@ class ClusterSync:
             return
         rows = [a for a in self.service.ledger.for_pod(uid) if a.ended_at is None]
         if rows:
-            grants = [Grant(uid, a.pod.namespace, a.pod.name, a.node.name, a.grant.gpu_uuid,
-                            a.grant.memory_mib) for a in rows]
+            grants = [
+                Grant(
+                    uid,
+                    a.pod.namespace,
+                    a.pod.name,
+                    a.node.name,
+                    a.grant.gpu_uuid,
+                    a.grant.memory_mib,
+                )
+                for a in rows
+            ]
         else:
             try:
                 mib = int(ann.get(ANN_GPU_MEMORY_MIB, "0"))
             except ValueError:
                 return
-            grants = [Grant(uid, meta.get("namespace", ""), meta.get("name", ""), node, u, mib)
-                      for u in ann[ANN_GPU_UUIDS].split(",") if u]
+            grants = [
+                Grant(uid, meta.get("namespace", ""), meta.get("name", ""), node, u, mib)
+                for u in ann[ANN_GPU_UUIDS].split(",")
+                if u
+            ]
         self.service.inventory.reserve(grants)
 
     # --- Karpenter --------------------------------------------------------------------
@@ -162,8 +180,9 @@ class ClusterSync:
         node = (obj.get("status") or {}).get("nodeName")
         if not node:
             return
-        terminating = kind != "DELETED" and bool((obj.get("metadata") or {}).get(
-            "deletionTimestamp"))
+        terminating = kind != "DELETED" and bool(
+            (obj.get("metadata") or {}).get("deletionTimestamp")
+        )
         self.service.inventory.set_draining(node, terminating)
 
     # --- DRA ---------------------------------------------------------------------------

@@ -68,8 +68,9 @@ class Watcher(threading.Thread):
     def _cycle(self) -> None:
         """Discover, list, then watch until the stream ends."""
         try:
-            resource = self.dyn.resources.get(api_version=self.kind.api_version,
-                                              kind=self.kind.kind)
+            resource = self.dyn.resources.get(
+                api_version=self.kind.api_version, kind=self.kind.kind
+            )
         except ResourceNotFoundError:
             if not self.kind.optional:
                 raise
@@ -87,8 +88,10 @@ class Watcher(threading.Thread):
             log.info("watch expired (410 Gone); re-listing", extra={"kind": self.kind.kind})
 
     def _log_retry(self, error: BaseException | None, sleep_s: float) -> None:
-        log.warning("watch failed; reconnecting", extra={
-            "kind": self.kind.kind, "error": str(error)[:300], "retry_s": round(sleep_s, 2)})
+        log.warning(
+            "watch failed; reconnecting",
+            extra={"kind": self.kind.kind, "error": str(error)[:300], "retry_s": round(sleep_s, 2)},
+        )
 
     def _list(self, resource: Any) -> str:
         items: list[dict[str, Any]] = []

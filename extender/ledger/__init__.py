@@ -37,8 +37,10 @@ def open_ledger(target: str, clock: Clock, hooks: Hooks | None = None) -> Ledger
     return SqlLedger(SqliteDialect(target), hooks)
 
 
-def chargeback_report(ledger: Ledger, start: float, end: float, group_by: str, now: float
-                      ) -> ChargebackReport:
+def chargeback_report(
+    ledger: Ledger, start: float, end: float, group_by: str, now: float
+) -> ChargebackReport:
     """Read the window's rows and node periods, then price them (pure ``compute``)."""
-    return compute(ledger.charge_rows(start, end), ledger.node_periods(start, end), start, end,
-                   now, group_by)
+    return compute(
+        ledger.charge_rows(start, end), ledger.node_periods(start, end), start, end, now, group_by
+    )

@@ -26,15 +26,28 @@ class Rollup:
     last_mib: int = 0
 
 
-def fold(r: Rollup, used_mib: int, sm_util: float | None, at: float, since: float,
-         max_gap: float = MAX_GAP_S) -> Rollup:
+def fold(
+    r: Rollup,
+    used_mib: int,
+    sm_util: float | None,
+    at: float,
+    since: float,
+    max_gap: float = MAX_GAP_S,
+) -> Rollup:
     """Add one sample taken at ``at``; ``since`` is the allocation's start time."""
     prev = r.last_at if r.last_at is not None else since
     w = min(max(at - prev, 0.0), max_gap)
     weight = r.weight_s + w
     mean = (r.mean_mib * r.weight_s + used_mib * w) / weight if weight > 0 else float(used_mib)
-    out = replace(r, count=r.count + 1, peak_mib=max(r.peak_mib, used_mib), mean_mib=mean,
-                  weight_s=weight, last_at=max(at, r.last_at or at), last_mib=used_mib)
+    out = replace(
+        r,
+        count=r.count + 1,
+        peak_mib=max(r.peak_mib, used_mib),
+        mean_mib=mean,
+        weight_s=weight,
+        last_at=max(at, r.last_at or at),
+        last_mib=used_mib,
+    )
     if sm_util is None:
         return out
     sm_weight = r.sm_weight_s + w

@@ -96,9 +96,7 @@ NODE_COLS = (
 )
 SELECT_NODE = f"SELECT {NODE_COLS} FROM nodes WHERE name = ?"
 SELECT_NODES = f"SELECT {NODE_COLS} FROM nodes ORDER BY name"
-INSERT_NODE = (
-    f"INSERT INTO nodes ({NODE_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, '')"
-)
+INSERT_NODE = f"INSERT INTO nodes ({NODE_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, '')"
 UPDATE_NODE = (
     "UPDATE nodes SET instance_type = ?, capacity_type = ?, zone = ?, nodepool = ?,"
     " gpu_count = ?, gpu_total_mib = ?, gpus = ?, gpu_price_per_hour = ?, last_seen = ?,"
@@ -154,18 +152,44 @@ def labels_json(labels: dict[str, str]) -> str:
 
 def allocation_from_row(r: Sequence[Any]) -> Allocation:
     """Map one ``ALLOC_COLS`` row to an ``Allocation``."""
-    pod = PodRef(uid=r[1], namespace=r[2], name=r[3], owner_kind=r[4], owner_name=r[5],
-                 labels=json.loads(r[6]))
-    node = NodeRef(name=r[7], instance_type=r[8], capacity_type=r[9], zone=r[10],
-                   nodepool=r[11])
-    grant = GpuGrant(gpu_uuid=r[12], gpu_index=int(r[13]), model=r[14], memory_mib=int(r[15]),
-                     gpu_total_mib=int(r[16]), sharing=Sharing(r[17]),
-                     price_per_hour=to_decimal(r[21]), mig_profile=r[18], claim=r[19],
-                     dra_device=r[20])
-    return Allocation(id=int(r[0]), pod=pod, node=node, grant=grant, status=Status(r[23]),
-                      decided_at=r[24], bound_at=r[25], started_at=r[26], ended_at=r[27],
-                      end_reason=r[28], policy=r[22], obs_count=int(r[29]),
-                      obs_peak_mib=int(r[30]), obs_mean_mib=float(r[31]), obs_mean_sm=r[32])
+    pod = PodRef(
+        uid=r[1],
+        namespace=r[2],
+        name=r[3],
+        owner_kind=r[4],
+        owner_name=r[5],
+        labels=json.loads(r[6]),
+    )
+    node = NodeRef(name=r[7], instance_type=r[8], capacity_type=r[9], zone=r[10], nodepool=r[11])
+    grant = GpuGrant(
+        gpu_uuid=r[12],
+        gpu_index=int(r[13]),
+        model=r[14],
+        memory_mib=int(r[15]),
+        gpu_total_mib=int(r[16]),
+        sharing=Sharing(r[17]),
+        price_per_hour=to_decimal(r[21]),
+        mig_profile=r[18],
+        claim=r[19],
+        dra_device=r[20],
+    )
+    return Allocation(
+        id=int(r[0]),
+        pod=pod,
+        node=node,
+        grant=grant,
+        status=Status(r[23]),
+        decided_at=r[24],
+        bound_at=r[25],
+        started_at=r[26],
+        ended_at=r[27],
+        end_reason=r[28],
+        policy=r[22],
+        obs_count=int(r[29]),
+        obs_peak_mib=int(r[30]),
+        obs_mean_mib=float(r[31]),
+        obs_mean_sm=r[32],
+    )
 
 
 def to_decimal(v: object) -> Decimal:
@@ -174,14 +198,37 @@ def to_decimal(v: object) -> Decimal:
 
 
 def charge_row(r: Sequence[Any]) -> ChargeRow:
-    return ChargeRow(int(r[0]), r[1], r[2], r[3], r[4], r[5], r[6], r[7], int(r[8]),
-                     to_decimal(r[9]), r[10], r[11], r[12], int(r[13]), float(r[14]), r[15])
+    return ChargeRow(
+        int(r[0]),
+        r[1],
+        r[2],
+        r[3],
+        r[4],
+        r[5],
+        r[6],
+        r[7],
+        int(r[8]),
+        to_decimal(r[9]),
+        r[10],
+        r[11],
+        r[12],
+        int(r[13]),
+        float(r[14]),
+        r[15],
+    )
 
 
 def rollup_from_row(r: Sequence[Any]) -> Rollup:
-    return Rollup(count=int(r[1]), peak_mib=int(r[2]), mean_mib=float(r[3]),
-                  weight_s=float(r[4]), mean_sm=r[5], sm_weight_s=float(r[6]), last_at=r[7],
-                  last_mib=int(r[8]))
+    return Rollup(
+        count=int(r[1]),
+        peak_mib=int(r[2]),
+        mean_mib=float(r[3]),
+        weight_s=float(r[4]),
+        mean_sm=r[5],
+        sm_weight_s=float(r[6]),
+        last_at=r[7],
+        last_mib=int(r[8]),
+    )
 
 
 def event_from_row(r: Sequence[Any]) -> EventRecord:
@@ -190,8 +237,21 @@ def event_from_row(r: Sequence[Any]) -> EventRecord:
 
 def node_from_row(r: Sequence[Any]) -> NodeRecord:
     gpus = [(str(u), str(m), int(t)) for u, m, t in json.loads(r[7])]
-    return NodeRecord(r[0], r[1], r[2], r[3], r[4], int(r[5]), int(r[6]), to_decimal(r[8]),
-                      gpus, r[9], r[10], r[11], r[12])
+    return NodeRecord(
+        r[0],
+        r[1],
+        r[2],
+        r[3],
+        r[4],
+        int(r[5]),
+        int(r[6]),
+        to_decimal(r[8]),
+        gpus,
+        r[9],
+        r[10],
+        r[11],
+        r[12],
+    )
 
 
 def period_from_row(r: Sequence[Any]) -> NodePeriod:
@@ -199,8 +259,9 @@ def period_from_row(r: Sequence[Any]) -> NodePeriod:
 
 
 def discrepancy_from_row(r: Sequence[Any]) -> DiscrepancyRecord:
-    return DiscrepancyRecord(int(r[0]), r[1], r[2], r[3], r[4], r[5], r[6], int(r[7]),
-                             int(r[8]), int(r[9]), r[10], r[11])
+    return DiscrepancyRecord(
+        int(r[0]), r[1], r[2], r[3], r[4], r[5], r[6], int(r[7]), int(r[8]), int(r[9]), r[10], r[11]
+    )
 
 
 def allocation_where(f: AllocationFilter, after_id: int) -> tuple[str, list[Any]]:

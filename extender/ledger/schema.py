@@ -133,8 +133,9 @@ _V1 = (
     " (kind, node, gpu_uuid, pod_uid) WHERE closed_at IS NULL",
 )
 
-MIGRATIONS: tuple[Migration, ...] = (Migration(1, "allocations, nodes, events, discrepancies",
-                                               _V1),)
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "allocations, nodes, events, discrepancies", _V1),
+)
 
 MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS schema_migrations (
     version INTEGER PRIMARY KEY,

@@ -20,16 +20,14 @@ from decimal import Decimal
 from extender.allocation import LedgerUnavailable
 from extender.ledger.sql import UniqueConflict
 
-TYPES = {"id": "INTEGER PRIMARY KEY AUTOINCREMENT", "real": "REAL", "money": "TEXT",
-         "text": "TEXT"}
+TYPES = {"id": "INTEGER PRIMARY KEY AUTOINCREMENT", "real": "REAL", "money": "TEXT", "text": "TEXT"}
 
 
 class SqliteDialect:
     name = "sqlite"
     types = TYPES
 
-    def __init__(self, path: str, busy_timeout_s: float = 30.0, synchronous: str = "FULL"
-                 ) -> None:
+    def __init__(self, path: str, busy_timeout_s: float = 30.0, synchronous: str = "FULL") -> None:
         self.path = path
         self.busy_timeout_s = busy_timeout_s
         self.synchronous = synchronous
@@ -45,8 +43,12 @@ class SqliteDialect:
         if self._closed:
             raise LedgerUnavailable("ledger is closed")
         try:
-            conn = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None,
-                                   check_same_thread=False)
+            conn = sqlite3.connect(
+                self.path,
+                timeout=self.busy_timeout_s,
+                isolation_level=None,
+                check_same_thread=False,
+            )
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")

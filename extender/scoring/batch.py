@@ -88,7 +88,13 @@ class GpuBatch:
 
 
 _FIELDS = (
-    "total", "committed", "reserved", "present", "node_total", "node_committed", "spot",
+    "total",
+    "committed",
+    "reserved",
+    "present",
+    "node_total",
+    "node_committed",
+    "spot",
     "mig_busy",
 )
 ROW_FIELDS = _FIELDS[:-1]  # what ``row_of`` gives; MIG idleness depends on the limits
@@ -141,8 +147,9 @@ def chosen_fill_after(b: GpuBatch, demand: GpuDemand, slots: Ints) -> Floats:
 
 def node_fill_after(b: GpuBatch, demand: GpuDemand, slots: Ints) -> Floats:
     """``policy.node_fill_after`` per row for the chosen slots."""
-    return _node_fill(b.total, b.node_total, b.node_committed, ask_of(demand),
-                      np.ascontiguousarray(slots))
+    return _node_fill(
+        b.total, b.node_total, b.node_committed, ask_of(demand), np.ascontiguousarray(slots)
+    )
 
 
 @kernel

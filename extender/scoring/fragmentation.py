@@ -42,12 +42,22 @@ Mix = Sequence[tuple[Shape, float]]
 
 
 ANY, ON_DEMAND_ONLY, SPOT_ONLY = 0, 1, 2  # the capacity-type rule, as kernels take it
-_RULES = {CapacityPref.ANY: ANY, CapacityPref.ON_DEMAND: ON_DEMAND_ONLY,
-          CapacityPref.SPOT: SPOT_ONLY}
+_RULES = {
+    CapacityPref.ANY: ANY,
+    CapacityPref.ON_DEMAND: ON_DEMAND_ONLY,
+    CapacityPref.SPOT: SPOT_ONLY,
+}
 
 
-def greedy_scores(b: GpuBatch, rows: Ints | None, demand: GpuDemand, lim: Limits, mix: Mix,
-                  tie_by_free: bool, tie: float) -> tuple[Bools, Floats]:
+def greedy_scores(
+    b: GpuBatch,
+    rows: Ints | None,
+    demand: GpuDemand,
+    lim: Limits,
+    mix: Mix,
+    tie_by_free: bool,
+    tie: float,
+) -> tuple[Bools, Floats]:
     """FGD's greedy placement for these rows of ``b`` (all when None; -1: a node that is
     unavailable, which never fits), read in place: whether each row fits (capacity-type
     rule, ``demand.count`` slots that ``can_hold`` a unit) and, where it does, the score
@@ -64,9 +74,20 @@ def greedy_scores(b: GpuBatch, rows: Ints | None, demand: GpuDemand, lim: Limits
     at = np.arange(len(b), dtype=np.int64) if rows is None else rows
     grids = (b.total, b.committed, b.reserved, b.present)
     # one compiled specialisation: C-contiguous int64/bool grids (no copy when they are)
-    args = (*map(np.ascontiguousarray, grids), b.node_total, b.node_committed, b.spot,
-            np.ascontiguousarray(at, dtype=np.int64), int(lim.margin_mib), int(lim.idle_mib),
-            ask_of(demand), _RULES[demand.capacity], counts, mems, shares)
+    args = (
+        *map(np.ascontiguousarray, grids),
+        b.node_total,
+        b.node_committed,
+        b.spot,
+        np.ascontiguousarray(at, dtype=np.int64),
+        int(lim.margin_mib),
+        int(lim.idle_mib),
+        ask_of(demand),
+        _RULES[demand.capacity],
+        counts,
+        mems,
+        shares,
+    )
     if demand.count == 1:
         return _greedy_one(*args, bool(tie_by_free), float(tie))
     return _greedy(*args, int(demand.count), bool(tie_by_free), float(tie))
@@ -76,8 +97,23 @@ def greedy_scores(b: GpuBatch, rows: Ints | None, demand: GpuDemand, lim: Limits
 def _warm_up() -> None:
     z, yes = np.zeros((1, 1), dtype=np.int64), np.ones((1, 1), dtype=bool)
     one = np.ones(1, dtype=np.int64)
-    args = (z, z, z, yes, one, one, np.zeros(1, dtype=bool), np.zeros(1, dtype=np.int64), 0, 0,
-            1, ANY, one, one, np.ones(1))
+    args = (
+        z,
+        z,
+        z,
+        yes,
+        one,
+        one,
+        np.zeros(1, dtype=bool),
+        np.zeros(1, dtype=np.int64),
+        0,
+        0,
+        1,
+        ANY,
+        one,
+        one,
+        np.ones(1),
+    )
     _greedy(*args, 1, True, 0.5)
     _greedy_one(*args, True, 0.5)
 
@@ -86,8 +122,7 @@ def _warm_up() -> None:
 def _plain(mix: Mix) -> tuple[Ints, Ints, Floats]:
     """(counts, memories (WHOLE for whole GPUs), shares) of the mix's non-MIG shapes, in
     mix order (the order the shares are summed in)."""
-    plain = [(count, WHOLE if mem is None else mem, p) for (count, mem, prof), p in mix
-             if not prof]
+    plain = [(count, WHOLE if mem is None else mem, p) for (count, mem, prof), p in mix if not prof]
     return (
         np.array([c for c, _, _ in plain], dtype=np.int64),
         np.array([m for _, m, _ in plain], dtype=np.int64),
@@ -96,9 +131,26 @@ def _plain(mix: Mix) -> tuple[Ints, Ints, Floats]:
 
 
 @kernel
-def _greedy(total_mib, committed, reserved, present, node_total, node_committed, spot, rows,
-            margin, idle_mib, ask, rule, counts, mems, shares, count, tie_by_free,
-            tie):  # numba infers the types
+def _greedy(
+    total_mib,
+    committed,
+    reserved,
+    present,
+    node_total,
+    node_committed,
+    spot,
+    rows,
+    margin,
+    idle_mib,
+    ask,
+    rule,
+    counts,
+    mems,
+    shares,
+    count,
+    tie_by_free,
+    tie,
+):  # numba infers the types
     n_slots, n_nodes = total_mib.shape[0], rows.shape[0]
     fits = np.zeros(n_nodes, dtype=np.bool_)
     slots = np.zeros((count, n_nodes), dtype=np.int64)
@@ -137,14 +189,30 @@ def _greedy(total_mib, committed, reserved, present, node_total, node_committed,
                 # tie (same headroom, lower index): an empty node needs one trial, not 8
                 alike = False
                 for i in range(j):
-                    if (cand[i] and free[i] == free[j] and idle[i] == idle[j]
-                            and unit[i] == unit[j] and headroom[i] == headroom[j]):
+                    if (
+                        cand[i]
+                        and free[i] == free[j]
+                        and idle[i] == idle[j]
+                        and unit[i] == unit[j]
+                        and headroom[i] == headroom[j]
+                    ):
                         alike = True
                         break
                 if alike:
                     continue
-                f = _trial(j, free, idle, present[j, r], unit[j], total, hosting, hosted,
-                           counts, mems, shares)
+                f = _trial(
+                    j,
+                    free,
+                    idle,
+                    present[j, r],
+                    unit[j],
+                    total,
+                    hosting,
+                    hosted,
+                    counts,
+                    mems,
+                    shares,
+                )
                 if f < best or (f == best and tie_by_free and headroom[j] < headroom[pick]):
                     best, pick = f, j
             slots[k, n], after = pick, best
@@ -153,8 +221,9 @@ def _greedy(total_mib, committed, reserved, present, node_total, node_committed,
             free[pick], idle[pick], cand[pick] = left, False, False
         fill = 0.0
         if tie != 0.0:
-            fill = (0.5 * chosen_fill_at(total_mib, committed, ask, slots, n, r)
-                    + 0.5 * node_fill_at(total_mib, node_total, node_committed, ask, slots, n, r))
+            fill = 0.5 * chosen_fill_at(
+                total_mib, committed, ask, slots, n, r
+            ) + 0.5 * node_fill_at(total_mib, node_total, node_committed, ask, slots, n, r)
         raw[n] = -((after - before) / 1024) + tie * fill
     return fits, raw
 
@@ -163,9 +232,25 @@ BLOCK = 256  # nodes per block in _greedy_one: its arrays stay in L1
 
 
 @kernel
-def _greedy_one(total_mib, committed, reserved, present, node_total, node_committed, spot,
-                rows, margin, idle_mib, ask, rule, counts, mems, shares, tie_by_free,
-                tie):  # numba infers the types
+def _greedy_one(
+    total_mib,
+    committed,
+    reserved,
+    present,
+    node_total,
+    node_committed,
+    spot,
+    rows,
+    margin,
+    idle_mib,
+    ask,
+    rule,
+    counts,
+    mems,
+    shares,
+    tie_by_free,
+    tie,
+):  # numba infers the types
     """``_greedy`` for one unit (most pods), the same arithmetic in the same order, laid
     out for the CPU: a block of nodes at a time, every loop over the nodes of the block
     (no per-node branches on the shape or the ask, so LLVM vectorises them), and every
@@ -176,33 +261,59 @@ def _greedy_one(total_mib, committed, reserved, present, node_total, node_commit
     n_nodes = rows.shape[0]
     fits, raw = np.zeros(n_nodes, dtype=np.bool_), np.zeros(n_nodes)
     shape = (total_mib.shape[0], BLOCK)
-    st = _Block(np.empty(shape, np.int64), np.empty(shape, np.int64),
-                np.empty(shape, np.int64), np.empty(shape, np.bool_), np.empty(shape, np.bool_),
-                np.empty(shape, np.bool_), np.empty(BLOCK, np.int64), np.empty(BLOCK, np.int64))
-    buf = _Slot(np.empty(BLOCK, np.int64), np.empty(BLOCK, np.int64),
-                np.empty(BLOCK, np.int64), np.empty(BLOCK, np.bool_))
+    st = _Block(
+        np.empty(shape, np.int64),
+        np.empty(shape, np.int64),
+        np.empty(shape, np.int64),
+        np.empty(shape, np.bool_),
+        np.empty(shape, np.bool_),
+        np.empty(shape, np.bool_),
+        np.empty(BLOCK, np.int64),
+        np.empty(BLOCK, np.int64),
+    )
+    buf = _Slot(
+        np.empty(BLOCK, np.int64),
+        np.empty(BLOCK, np.int64),
+        np.empty(BLOCK, np.int64),
+        np.empty(BLOCK, np.bool_),
+    )
     hosting = np.empty((counts.shape[0], BLOCK), np.int64)
     hosted = np.empty((counts.shape[0], BLOCK), np.int64)
     before, best = np.empty(BLOCK), np.empty(BLOCK)
     pick, f = np.empty(BLOCK, np.int64), np.empty(BLOCK)
     for n0 in range(0, n_nodes, BLOCK):
         m = min(BLOCK, n_nodes - n0)
-        _block_state(st, total_mib, committed, reserved, present, rows[n0:n0 + m], margin,
-                     idle_mib, ask, buf)
+        _block_state(
+            st,
+            total_mib,
+            committed,
+            reserved,
+            present,
+            rows[n0 : n0 + m],
+            margin,
+            idle_mib,
+            ask,
+            buf,
+        )
         _block_terms(st, m, mems, hosting, hosted)
         _block_value(st, m, counts, shares, hosting, hosted, before)
         _block_pick(st, m, counts, mems, shares, hosting, hosted, tie_by_free, f, best, pick)
         for k in range(m):
             n, r = n0 + k, rows[n0 + k]
-            if r < 0 or (rule == ON_DEMAND_ONLY and spot[r]) or (
-                    rule == SPOT_ONLY and not spot[r]) or st.holding[k] < 1:
+            if (
+                r < 0
+                or (rule == ON_DEMAND_ONLY and spot[r])
+                or (rule == SPOT_ONLY and not spot[r])
+                or st.holding[k] < 1
+            ):
                 continue
             fits[n] = True
             fill = 0.0
             if tie != 0.0:
                 g = pick[k]
-                fill = (0.5 * _one_fill(total_mib[g, r], committed[g, r], st.unit[g, k])
-                        + 0.5 * _one_node_fill(st, k, g, node_total[r], node_committed[r]))
+                fill = 0.5 * _one_fill(
+                    total_mib[g, r], committed[g, r], st.unit[g, k]
+                ) + 0.5 * _one_node_fill(st, k, g, node_total[r], node_committed[r])
             raw[n] = -((best[k] - before[k]) / 1024) + tie * fill
     return fits, raw
 
@@ -230,8 +341,7 @@ class _Slot(NamedTuple):
 
 
 @kernel
-def _block_state(st, total_mib, committed, reserved, present, rows, margin, idle_mib, ask,
-                 buf):
+def _block_state(st, total_mib, committed, reserved, present, rows, margin, idle_mib, ask, buf):
     """``_greedy``'s per-slot state for the block's rows (-1 rows read row 0; their
     results are never used). Rows that run consecutively (a candidate list in row
     order, the common case) are read as slices of the columns, which vectorises; any
@@ -245,8 +355,8 @@ def _block_state(st, total_mib, committed, reserved, present, rows, margin, idle
         st.sum_free[k], st.holding[k] = 0, 0
     for g in range(total_mib.shape[0]):
         if consecutive:
-            t, c = total_mib[g, r0:r0 + m], committed[g, r0:r0 + m]
-            rs, p = reserved[g, r0:r0 + m], present[g, r0:r0 + m]
+            t, c = total_mib[g, r0 : r0 + m], committed[g, r0 : r0 + m]
+            rs, p = reserved[g, r0 : r0 + m], present[g, r0 : r0 + m]
         else:
             t, c, rs, p = buf.total[:m], buf.committed[:m], buf.reserved[:m], buf.present[:m]
             for k in range(m):
@@ -301,7 +411,8 @@ def _block_value(st, m, counts, shares, hosting, hosted, out):
         for k in range(m):
             total = st.sum_free[k]
             out[k] = out[k] + shares[s] * (
-                total - hosted[s, k] if hosting[s, k] >= counts[s] else total)
+                total - hosted[s, k] if hosting[s, k] >= counts[s] else total
+            )
 
 
 @kernel
@@ -321,7 +432,8 @@ def _block_pick(st, m, counts, mems, shares, hosting, hosted, tie_by_free, f, be
                     host = st.idle[j, k]
                     unusable = after_total - (hosted[s, k] - fj * host)
                     f[k] = f[k] + shares[s] * (
-                        unusable if hosting[s, k] - host >= counts[s] else after_total)
+                        unusable if hosting[s, k] - host >= counts[s] else after_total
+                    )
             else:
                 for k in range(m):
                     fj, total = st.free[j, k], st.sum_free[k]
@@ -331,11 +443,10 @@ def _block_pick(st, m, counts, mems, shares, hosting, hosted, tie_by_free, f, be
                     gained = left >= mems[s]
                     unusable = after_total - (hosted[s, k] - fj * host + left * gained)
                     f[k] = f[k] + shares[s] * (
-                        unusable if hosting[s, k] - host + gained >= counts[s]
-                        else after_total)
+                        unusable if hosting[s, k] - host + gained >= counts[s] else after_total
+                    )
         for k in range(m):
-            tied = f[k] == best[k] and tie_by_free and st.headroom[j, k] < st.headroom[
-                pick[k], k]
+            tied = f[k] == best[k] and tie_by_free and st.headroom[j, k] < st.headroom[pick[k], k]
             if st.cand[j, k] and (f[k] < best[k] or tied):
                 best[k], pick[k] = f[k], j
 
@@ -373,8 +484,7 @@ def _value(total, hosting, hosted, counts, shares):
 
 
 @kernel
-def _trial(j, free, idle, present, unit, total, hosting, hosted, counts, mems,
-           shares):
+def _trial(j, free, idle, present, unit, total, hosting, hosted, counts, mems, shares):
     """F if slot j alone took one unit (and so became busy)."""
     left = max(free[j] - unit, 0)
     after_total = total - free[j] + left

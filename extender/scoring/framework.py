@@ -89,7 +89,11 @@ def evaluate_batch(
 
 
 def evaluate_rows(
-    batch: GpuBatch, rows: Ints, demand: GpuDemand, policy: Policy, ctx: Context,
+    batch: GpuBatch,
+    rows: Ints,
+    demand: GpuDemand,
+    policy: Policy,
+    ctx: Context,
     order: Ints | None = None,
 ) -> tuple[Bools, Floats]:
     """``evaluate_batch`` for these rows of the batch (-1: an unavailable node, which never
@@ -162,8 +166,9 @@ def blend_kernel(raw, fits, prices, w_policy, w_cost):  # numba infers the types
 def _warm_up() -> None:
     blended_array(np.zeros(1), np.ones(1, dtype=bool), np.zeros(1), Weights())
     priority_array(np.zeros(1), np.ones(1, dtype=bool), np.zeros(1), Weights())
-    priority_array(np.zeros(1), np.ones(1, dtype=bool), np.zeros(1), Weights(),
-                   np.zeros(1, dtype=np.int64))
+    priority_array(
+        np.zeros(1), np.ones(1, dtype=bool), np.zeros(1), Weights(), np.zeros(1, dtype=np.int64)
+    )
     _unsorted(np.zeros(1, dtype=np.int64), np.ones(1, dtype=bool), np.zeros(1))
 
 
@@ -187,8 +192,9 @@ def blended(
     return {n: float(v) for n, v, ok in zip(names, b, fits, strict=True) if ok}
 
 
-def priority_array(raw: Floats, fits: Bools, prices: Floats, weights: Weights,
-                   at: Ints | None = None) -> Ints:
+def priority_array(
+    raw: Floats, fits: Bools, prices: Floats, weights: Weights, at: Ints | None = None
+) -> Ints:
     """Integer 0..10 per node, round(10 * b(n)) (half to even, as Python's round); nodes
     that do not fit get 0. Of the nodes at positions ``at`` only, when given (the nodes a
     filter passed: blended among themselves). One compiled call: as the five NumPy calls

@@ -62,20 +62,28 @@ def _within(b: Floats, epsilon: float) -> Bools:
     return mask
 
 
-def passing(raw: Floats, fits: Bools, prices: Floats, weights: Weights,
-            epsilon: float = EPSILON, keep: int = KEEP) -> Ints:
+def passing(
+    raw: Floats,
+    fits: Bools,
+    prices: Floats,
+    weights: Weights,
+    epsilon: float = EPSILON,
+    keep: int = KEEP,
+) -> Ints:
     """Positions the filter passes, ascending: ``narrow_mask`` of ``blended_array``. With
     the default ``keep`` one compiled call (the filter does this over every candidate
     after every report round; as four calls it cost twice as much)."""
     if keep == 1:
-        return _passing(raw, fits, prices, float(weights.policy), float(weights.cost),
-                        float(epsilon))
+        return _passing(
+            raw, fits, prices, float(weights.policy), float(weights.cost), float(epsilon)
+        )
     return np.flatnonzero(narrow_mask(blended_array(raw, fits, prices, weights), epsilon, keep))
 
 
 @kernel
-def _passing(raw: Floats, fits: Bools, prices: Floats, w_policy: float, w_cost: float,
-             epsilon: float) -> Ints:
+def _passing(
+    raw: Floats, fits: Bools, prices: Floats, w_policy: float, w_cost: float, epsilon: float
+) -> Ints:
     mask = _within(blend_kernel(raw, fits, prices, w_policy, w_cost), epsilon)
     out = np.empty(int(mask.sum()), dtype=np.int64)
     k = 0

@@ -41,9 +41,7 @@ class Policy(Protocol):
         """Raw preference for this node given the choice; higher is better, any scale."""
         ...
 
-    def score_batch(
-        self, batch: GpuBatch, demand: GpuDemand, hold: Bools, ctx: Context
-    ) -> Floats:
+    def score_batch(self, batch: GpuBatch, demand: GpuDemand, hold: Bools, ctx: Context) -> Floats:
         """``score(place(...))`` for every row of a batch of nodes that fit a plain
         (non-MIG) demand; ``hold`` marks the slots that can hold one unit. Must equal
         the per-node methods exactly: the per-node code is the reference."""

@@ -85,6 +85,15 @@ def make_cluster(n: int, seed: int, prices: PriceBook) -> list[SimNode]:
     rng = random.Random(seed)
     nodes = []
     for i, (itype, info, capacity) in enumerate(draw_instances(n, rng, prices)):
-        nodes.append(SimNode(f"gpu-node-{i:03d}", itype, capacity, rng.choice(ZONES), info.gpus,
-                             info.gpu_model, info.gpu_memory_mib))
+        nodes.append(
+            SimNode(
+                f"gpu-node-{i:03d}",
+                itype,
+                capacity,
+                rng.choice(ZONES),
+                info.gpus,
+                info.gpu_model,
+                info.gpu_memory_mib,
+            )
+        )
     return nodes

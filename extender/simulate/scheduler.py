@@ -31,8 +31,11 @@ class SchedulerDriver:
         self.rng = random.Random(seed)
 
     def _post(self, verb: str, body: dict[str, Any]) -> Any:
-        r = self.client.post(f"/{verb}", content=msgspec.json.encode(body),
-                             headers={"Content-Type": "application/json"})
+        r = self.client.post(
+            f"/{verb}",
+            content=msgspec.json.encode(body),
+            headers={"Content-Type": "application/json"},
+        )
         r.raise_for_status()
         return msgspec.json.decode(r.content)
 
@@ -43,12 +46,21 @@ class SchedulerDriver:
             return Outcome(None, filtered["Error"])
         passing = filtered.get("NodeNames") or []
         if not passing:
-            reasons = {**filtered.get("FailedNodes", {}),
-                       **filtered.get("FailedAndUnresolvableNodes", {})}
+            reasons = {
+                **filtered.get("FailedNodes", {}),
+                **filtered.get("FailedAndUnresolvableNodes", {}),
+            }
             return Outcome(None, next(iter(reasons.values()), "no nodes"))
         node = passing[0] if len(passing) == 1 else self._best(pod, passing)
-        bound = self._post("bind", {"PodName": meta["name"], "PodNamespace": meta["namespace"],
-                                    "PodUID": meta["uid"], "Node": node})
+        bound = self._post(
+            "bind",
+            {
+                "PodName": meta["name"],
+                "PodNamespace": meta["namespace"],
+                "PodUID": meta["uid"],
+                "Node": node,
+            },
+        )
         if bound.get("Error"):
             return Outcome(None, bound["Error"])
         return Outcome(node)

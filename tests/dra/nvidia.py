@@ -18,8 +18,10 @@ from typing import Any
 DRIVER = "gpu.nvidia.com"
 H100_NODE = "ip-10-0-1-17.ec2.internal"
 A100_NODE = "ip-10-0-2-33.ec2.internal"
-H100_UUIDS = ["GPU-4b0c3b1f-7e2a-5d1e-9c3f-1a2b3c4d5e6f",
-              "GPU-9f8e7d6c-5b4a-3c2d-1e0f-a1b2c3d4e5f6"]
+H100_UUIDS = [
+    "GPU-4b0c3b1f-7e2a-5d1e-9c3f-1a2b3c4d5e6f",
+    "GPU-9f8e7d6c-5b4a-3c2d-1e0f-a1b2c3d4e5f6",
+]
 A100_UUID = "GPU-1d2c3b4a-0f9e-8d7c-6b5a-493827160fed"
 MIG_1G_UUID = "MIG-5c1a9e7e-2f43-5a5c-9b1e-0d6f1c2e3a4b"
 MIG_3G_UUID = "MIG-7e2b8f6d-3a54-5b6d-8c2f-1e7a2d3f4b5c"
@@ -52,8 +54,12 @@ def h100_device(minor: int, uuid: str) -> dict[str, Any]:
     }
 
 
-def slice_for(node: str, devices: list[dict[str, Any]], generation: int = 1,
-              name_suffix: str = "gpu.nvidia.com-x7kq2") -> dict[str, Any]:
+def slice_for(
+    node: str,
+    devices: list[dict[str, Any]],
+    generation: int = 1,
+    name_suffix: str = "gpu.nvidia.com-x7kq2",
+) -> dict[str, Any]:
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
@@ -69,12 +75,12 @@ def slice_for(node: str, devices: list[dict[str, Any]], generation: int = 1,
 
 def h100_slice(generation: int = 1) -> dict[str, Any]:
     """A p5-style node, two H100 80GB GPUs shown (enough for the allocation cases)."""
-    return slice_for(H100_NODE, [h100_device(i, u) for i, u in enumerate(H100_UUIDS)],
-                     generation)
+    return slice_for(H100_NODE, [h100_device(i, u) for i, u in enumerate(H100_UUIDS)], generation)
 
 
-def _mig(name: str, uuid: str, profile: str, memory: str, sms: str,
-         slices: range) -> dict[str, Any]:
+def _mig(
+    name: str, uuid: str, profile: str, memory: str, sms: str, slices: range
+) -> dict[str, Any]:
     capacity: dict[str, Any] = {
         "multiprocessors": {"value": sms},
         "copyEngines": {"value": "1" if len(slices) == 1 else "3"},
@@ -128,12 +134,18 @@ def a100_mig_slice(with_parent: bool = False) -> dict[str, Any]:
 def device_class(device_type: str = "gpu", name: str = "gpu.nvidia.com") -> dict[str, Any]:
     """As the chart's deviceclass-*.yaml installs it."""
     expr = f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == '{device_type}'"
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name},
-            "spec": {"selectors": [{"cel": {"expression": expr}}]}}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": name},
+        "spec": {"selectors": [{"cel": {"expression": expr}}]},
+    }
 
 
-CLASSES = {"gpu.nvidia.com": device_class("gpu"),
-           "mig.nvidia.com": device_class("mig", "mig.nvidia.com")}
+CLASSES = {
+    "gpu.nvidia.com": device_class("gpu"),
+    "mig.nvidia.com": device_class("mig", "mig.nvidia.com"),
+}
 
 
 def allocated_claim(reserved_pods: list[tuple[str, str]]) -> dict[str, Any]:
@@ -149,27 +161,60 @@ def allocated_claim(reserved_pods: list[tuple[str, str]]) -> dict[str, Any]:
             "name": "trainer-0-gpu-8kq2p",
             "namespace": "ml",
             "uid": "2f1c6c1e-8a7b-4b63-9d0e-5f1e2d3c4b5a",
-            "annotations": {"resource.kubernetes.io/pod-claim-name": "gpu",
-                            "headroom.dev/gpu-memory": "20Gi"},
+            "annotations": {
+                "resource.kubernetes.io/pod-claim-name": "gpu",
+                "headroom.dev/gpu-memory": "20Gi",
+            },
         },
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
-            "deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 1,
-            "selectors": [{"cel": {"expression":
-                "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('20Gi')) >= 0"}}],
-        }}]}},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "gpu",
+                        "exactly": {
+                            "deviceClassName": "gpu.nvidia.com",
+                            "allocationMode": "ExactCount",
+                            "count": 1,
+                            "selectors": [
+                                {
+                                    "cel": {
+                                        "expression": "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('20Gi')) >= 0"
+                                    }
+                                }
+                            ],
+                        },
+                    }
+                ]
+            }
+        },
         "status": {
             "allocation": {
-                "devices": {"results": [{
-                    "request": "gpu", "driver": DRIVER, "pool": H100_NODE, "device": "gpu-1",
-                    "shareID": "7d3e1f0a-4c5b-4e6f-8a9b-0c1d2e3f4a5b",
-                    "consumedCapacity": {"memory": "20Gi"},
-                }]},
-                "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
-                    {"key": "metadata.name", "operator": "In", "values": [H100_NODE]}]}]},
+                "devices": {
+                    "results": [
+                        {
+                            "request": "gpu",
+                            "driver": DRIVER,
+                            "pool": H100_NODE,
+                            "device": "gpu-1",
+                            "shareID": "7d3e1f0a-4c5b-4e6f-8a9b-0c1d2e3f4a5b",
+                            "consumedCapacity": {"memory": "20Gi"},
+                        }
+                    ]
+                },
+                "nodeSelector": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchFields": [
+                                {"key": "metadata.name", "operator": "In", "values": [H100_NODE]}
+                            ]
+                        }
+                    ]
+                },
                 "allocationTimestamp": "2026-08-21T10:15:02Z",
             },
-            "reservedFor": [{"resource": "pods", "name": name, "uid": uid}
-                            for name, uid in reserved_pods],
+            "reservedFor": [
+                {"resource": "pods", "name": name, "uid": uid} for name, uid in reserved_pods
+            ],
         },
     }
 

@@ -21,8 +21,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _claim(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "extender.cli", "claim", *args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "extender.cli", "claim", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_prints_a_valid_template() -> None:
@@ -35,13 +40,13 @@ def test_prints_a_valid_template() -> None:
     assert doc["metadata"]["namespace"] == "ml"
     exactly = doc["spec"]["spec"]["devices"]["requests"][0]["exactly"]
     assert exactly["selectors"][1]["cel"]["expression"] == (
-        "device.attributes['gpu.nvidia.com'].productName.matches('H100|H200')")
+        "device.attributes['gpu.nvidia.com'].productName.matches('H100|H200')"
+    )
     kubernetes_validate.validate(doc, "1.37", strict=True)
 
 
 def test_device_class_is_a_second_document() -> None:
-    done = _claim("--memory", "40Gi", "--count", "2", "--class", "mig.nvidia.com",
-                  "--device-class")
+    done = _claim("--memory", "40Gi", "--count", "2", "--class", "mig.nvidia.com", "--device-class")
     assert done.returncode == 0, done.stderr
     template, device_class = yaml.safe_load_all(done.stdout)
     assert template["kind"] == "ResourceClaimTemplate"
@@ -70,14 +75,24 @@ def test_registers_on_a_headroom_style_parser() -> None:
     add_claim_command(parser.add_subparsers(dest="cmd", required=True))
     args = parser.parse_args(["claim", "--memory", "20Gi", "--device-class"])
     assert (args.cmd, args.memory, args.count, args.class_name, args.device_class) == (
-        "claim", "20Gi", 1, "gpu.nvidia.com", True)
+        "claim",
+        "20Gi",
+        1,
+        "gpu.nvidia.com",
+        True,
+    )
     assert args.func.__name__ == "run_claim"
 
 
 def test_headroom_cli_registers_claim() -> None:
     """The real entry point (``headroom claim`` = ``python -m extender.cli claim``)."""
-    done = subprocess.run([sys.executable, "-m", "extender.cli", "claim", "--memory", "20Gi"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "extender.cli", "claim", "--memory", "20Gi"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     (doc,) = yaml.safe_load_all(done.stdout)
     assert (doc["kind"], doc["metadata"]["name"]) == ("ResourceClaimTemplate", "gpu-20gi")

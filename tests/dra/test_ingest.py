@@ -20,18 +20,28 @@ from . import nvidia
 P5_GPU_HOUR = Decimal("6.88")  # p5.48xlarge on-demand 55.04 $/h / 8 GPUs (PROTOCOL 3.2)
 P4DE_GPU_HOUR = Decimal("3.43088125")  # p4de.24xlarge 27.44705 / 8
 AT = 1_767_225_600.0
-PODS = [("trainer-0", "0b6c7d8e-1111-4a2b-9c3d-000000000001"),
-        ("trainer-1", "0b6c7d8e-1111-4a2b-9c3d-000000000002")]
+PODS = [
+    ("trainer-0", "0b6c7d8e-1111-4a2b-9c3d-000000000001"),
+    ("trainer-1", "0b6c7d8e-1111-4a2b-9c3d-000000000002"),
+]
 
 
 def _node_ref(name: str) -> NodeRef:
-    return NodeRef(name=name, instance_type="p5.48xlarge", capacity_type="on-demand",
-                   zone="us-east-1a", nodepool="gpu")
+    return NodeRef(
+        name=name,
+        instance_type="p5.48xlarge",
+        capacity_type="on-demand",
+        zone="us-east-1a",
+        nodepool="gpu",
+    )
 
 
-def _ingest(claim: dict[str, Any], slices: list[dict[str, Any]],
-            pods: dict[str, PodRef] | None = None,
-            price: Decimal | None = P5_GPU_HOUR) -> list[Decision]:
+def _ingest(
+    claim: dict[str, Any],
+    slices: list[dict[str, Any]],
+    pods: dict[str, PodRef] | None = None,
+    price: Decimal | None = P5_GPU_HOUR,
+) -> list[Decision]:
     return decisions_from_claim(claim, slices, pods or {}, _node_ref, lambda node: price, AT)
 
 
@@ -40,12 +50,21 @@ def test_claim_fixture_is_a_valid_v1_resource_claim() -> None:
 
 
 def test_shared_claim_gives_each_pod_a_decision_and_splits_the_grant() -> None:
-    known = PodRef(uid=PODS[0][1], namespace="ml", name="trainer-0", owner_kind="Job",
-                   owner_name="trainer", labels={"team": "vision"})
-    decisions = _ingest(nvidia.allocated_claim(PODS), [nvidia.h100_slice()],
-                        pods={known.uid: known})
+    known = PodRef(
+        uid=PODS[0][1],
+        namespace="ml",
+        name="trainer-0",
+        owner_kind="Job",
+        owner_name="trainer",
+        labels={"team": "vision"},
+    )
+    decisions = _ingest(
+        nvidia.allocated_claim(PODS), [nvidia.h100_slice()], pods={known.uid: known}
+    )
     assert [d.pod for d in decisions] == [
-        known, PodRef(uid=PODS[1][1], namespace="ml", name="trainer-1")]
+        known,
+        PodRef(uid=PODS[1][1], namespace="ml", name="trainer-1"),
+    ]
     whole = P5_GPU_HOUR * 20480 / 81559
     for d in decisions:
         assert d.node == _node_ref(nvidia.H100_NODE)
@@ -97,8 +116,15 @@ def test_unknown_price_is_zero_not_an_error() -> None:
 
 def test_node_from_slice_then_hostname_label() -> None:
     claim = nvidia.allocated_claim(PODS[:1])
-    claim["status"]["allocation"]["nodeSelector"] = {"nodeSelectorTerms": [{"matchExpressions": [
-        {"key": "kubernetes.io/hostname", "operator": "In", "values": ["host-label"]}]}]}
+    claim["status"]["allocation"]["nodeSelector"] = {
+        "nodeSelectorTerms": [
+            {
+                "matchExpressions": [
+                    {"key": "kubernetes.io/hostname", "operator": "In", "values": ["host-label"]}
+                ]
+            }
+        ]
+    }
     seen: list[str] = []
 
     def node_ref(name: str) -> NodeRef:
@@ -121,18 +147,27 @@ def test_stale_generation_device_is_not_used() -> None:
     old = nvidia.h100_slice(generation=3)
     new = nvidia.h100_slice(generation=4)
     new["spec"]["devices"] = new["spec"]["devices"][:1]  # gpu-1 no longer published
-    with pytest.raises(ClaimIngestError,
-                       match=re.escape(f"gpu.nvidia.com/{nvidia.H100_NODE}/gpu-1")):
+    with pytest.raises(
+        ClaimIngestError, match=re.escape(f"gpu.nvidia.com/{nvidia.H100_NODE}/gpu-1")
+    ):
         _ingest(nvidia.allocated_claim(PODS), [old, new])
 
 
 def test_non_gpu_devices_in_the_claim_are_not_billed() -> None:
     claim = nvidia.allocated_claim(PODS[:1])
     claim["status"]["allocation"]["devices"]["results"].append(
-        {"request": "nic", "driver": "dranet.example.com", "pool": nvidia.H100_NODE,
-         "device": "eth1"})
-    nic_slice = nvidia.slice_for(nvidia.H100_NODE, [{"name": "eth1", "attributes": {
-        "ifName": {"string": "eth1"}}}], name_suffix="dranet-4f9zq")
+        {
+            "request": "nic",
+            "driver": "dranet.example.com",
+            "pool": nvidia.H100_NODE,
+            "device": "eth1",
+        }
+    )
+    nic_slice = nvidia.slice_for(
+        nvidia.H100_NODE,
+        [{"name": "eth1", "attributes": {"ifName": {"string": "eth1"}}}],
+        name_suffix="dranet-4f9zq",
+    )
     nic_slice["spec"]["driver"] = "dranet.example.com"
     kubernetes_validate.validate(nic_slice, "1.37", strict=True)
     (decision,) = _ingest(claim, [nvidia.h100_slice(), nic_slice])
@@ -145,13 +180,17 @@ def _mig_claim(device: str) -> dict[str, Any]:
     result.update(pool=nvidia.A100_NODE, device=device)
     del result["consumedCapacity"], result["shareID"]
     claim["status"]["allocation"]["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0][
-        "values"] = [nvidia.A100_NODE]
+        "values"
+    ] = [nvidia.A100_NODE]
     return claim
 
 
 def test_mig_device_with_published_parent() -> None:
-    (d,) = _ingest(_mig_claim("gpu-0-mig-1g10gb-19-6"), [nvidia.a100_mig_slice(with_parent=True)],
-                   price=P4DE_GPU_HOUR)
+    (d,) = _ingest(
+        _mig_claim("gpu-0-mig-1g10gb-19-6"),
+        [nvidia.a100_mig_slice(with_parent=True)],
+        price=P4DE_GPU_HOUR,
+    )
     (g,) = d.grants
     assert (g.gpu_uuid, g.mig_profile, g.gpu_index) == (nvidia.MIG_1G_UUID, "1g.10gb", 0)
     assert (g.memory_mib, g.gpu_total_mib) == (9728, 81920)
@@ -160,8 +199,9 @@ def test_mig_device_with_published_parent() -> None:
 
 
 def test_mig_device_static_mig_estimates_the_parent_from_memory_slices() -> None:
-    (d,) = _ingest(_mig_claim("gpu-0-mig-3g40gb-9-0"), [nvidia.a100_mig_slice()],
-                   price=P4DE_GPU_HOUR)
+    (d,) = _ingest(
+        _mig_claim("gpu-0-mig-3g40gb-9-0"), [nvidia.a100_mig_slice()], price=P4DE_GPU_HOUR
+    )
     (g,) = d.grants
     assert (g.memory_mib, g.gpu_total_mib) == (40192, 40192 * 8 // 4)
     assert g.price_per_hour == P4DE_GPU_HOUR / 2  # 4 of 8 memory slices
@@ -170,14 +210,25 @@ def test_mig_device_static_mig_estimates_the_parent_from_memory_slices() -> None
 def test_mig_device_parent_memory_from_counter_set() -> None:
     devices_slice = nvidia.a100_mig_slice()
     mig = devices_slice["spec"]["devices"][1]
-    mig["consumesCounters"] = [{"counterSet": "gpu-0-counter-set", "counters": {
-        "memory": {"value": "9728Mi"}, "memorySlice6": {"value": "1"}}}]
+    mig["consumesCounters"] = [
+        {
+            "counterSet": "gpu-0-counter-set",
+            "counters": {"memory": {"value": "9728Mi"}, "memorySlice6": {"value": "1"}},
+        }
+    ]
     counters = nvidia.slice_for(nvidia.A100_NODE, [], name_suffix="gpu.nvidia.com-c8x2m")
     del counters["spec"]["devices"]
     counters["spec"]["pool"]["resourceSliceCount"] = 2
     devices_slice["spec"]["pool"]["resourceSliceCount"] = 2
-    counters["spec"]["sharedCounters"] = [{"name": "gpu-0-counter-set", "counters": {
-        "memory": {"value": "81920Mi"}, **{f"memorySlice{i}": {"value": "1"} for i in range(8)}}}]
+    counters["spec"]["sharedCounters"] = [
+        {
+            "name": "gpu-0-counter-set",
+            "counters": {
+                "memory": {"value": "81920Mi"},
+                **{f"memorySlice{i}": {"value": "1"} for i in range(8)},
+            },
+        }
+    ]
     for s in (devices_slice, counters):
         kubernetes_validate.validate(s, "1.37", strict=True)
     (d,) = _ingest(_mig_claim("gpu-0-mig-1g10gb-19-6"), [counters, devices_slice])
@@ -186,7 +237,11 @@ def test_mig_device_parent_memory_from_counter_set() -> None:
 
 def test_gpu_index_from_device_name() -> None:
     assert [gpu_index(n) for n in ("gpu-0", "gpu-7", "gpu-3-mig-1g10gb-19-6", "nic-1")] == [
-        0, 7, 3, -1]
+        0,
+        7,
+        3,
+        -1,
+    ]
 
 
 def test_decisions_record_in_a_real_ledger_and_bill_once(tmp_path: Path) -> None:

@@ -15,9 +15,14 @@ from extender.dra.template import claim_template, default_name, device_class
 from . import nvidia
 
 # Every bundled Kubernetes version that has resource.k8s.io/v1 (GA in 1.34).
-V1_VERSIONS = sorted({major_minor(v) for v in all_versions()
-                      if tuple(map(int, major_minor(v).split("."))) >= (1, 34)},
-                     key=lambda v: tuple(map(int, v.split("."))))
+V1_VERSIONS = sorted(
+    {
+        major_minor(v)
+        for v in all_versions()
+        if tuple(map(int, major_minor(v).split("."))) >= (1, 34)
+    },
+    key=lambda v: tuple(map(int, v.split("."))),
+)
 
 
 def _selectors(doc: dict) -> list[str]:
@@ -72,8 +77,10 @@ def test_template_shape() -> None:
     doc = claim_template("20Gi")
     assert doc["apiVersion"] == "resource.k8s.io/v1"
     assert doc["kind"] == "ResourceClaimTemplate"
-    assert doc["metadata"] == {"name": "gpu-20gi",
-                               "annotations": {"headroom.dev/gpu-memory": "20Gi"}}
+    assert doc["metadata"] == {
+        "name": "gpu-20gi",
+        "annotations": {"headroom.dev/gpu-memory": "20Gi"},
+    }
     assert doc["spec"]["metadata"]["annotations"] == {"headroom.dev/gpu-memory": "20Gi"}
     request = doc["spec"]["spec"]["devices"]["requests"][0]
     assert request["name"] == "gpu"
@@ -106,8 +113,9 @@ def test_model_selector_round_trips_regex_escapes() -> None:
 
 def test_device_class_selects_only_its_type() -> None:
     gpu_expr = device_class()["spec"]["selectors"][0]["cel"]["expression"]
-    assert gpu_expr == ("device.driver == 'gpu.nvidia.com' && "
-                        "device.attributes['gpu.nvidia.com'].type == 'gpu'")
+    assert gpu_expr == (
+        "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"
+    )
     h100 = nvidia.h100_device(0, nvidia.H100_UUIDS[0])
     assert _all_true([gpu_expr], h100)
     assert not _all_true([gpu_expr], nvidia.mig_1g())

@@ -13,8 +13,11 @@ from tests.serveproc import ServeProc
 
 class Headroom(ServeProc):
     def __init__(self, workdir: Path, kubeconfig: Path, policy: str = "binpack") -> None:
-        super().__init__(workdir, str(workdir / "ledger.db"), [
-            "--kubeconfig", str(kubeconfig), "--stale-after", "600", "--policy", policy])
+        super().__init__(
+            workdir,
+            str(workdir / "ledger.db"),
+            ["--kubeconfig", str(kubeconfig), "--stale-after", "600", "--policy", policy],
+        )
 
     def agent(self, node: str, spec: str) -> SimulatedDriver:
         """The node's simulated agent, after its first report (facts: from the Node)."""

@@ -46,25 +46,40 @@ def nvidia_slice(node: str, uuids: list[str], memory: str = "24Gi") -> dict[str,
         }
         for i, uuid in enumerate(uuids)
     ]
-    return {"metadata": {"name": f"{node}-{DRIVER}"},
-            "spec": {"driver": DRIVER, "nodeName": node, "devices": devices,
-                     "pool": {"name": node, "generation": 1, "resourceSliceCount": 1}}}
+    return {
+        "metadata": {"name": f"{node}-{DRIVER}"},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": node,
+            "devices": devices,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+        },
+    }
 
 
 def headroom_claim(*args: str) -> list[dict[str, Any]]:
-    out = subprocess.run([sys.executable, "-m", "extender.cli", "claim", *args],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "extender.cli", "claim", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return [d for d in yaml.safe_load_all(out) if d]
 
 
 def test_dra_allocation_is_recorded_as_status_allocation_says(
-    k8s_client: k8s.ApiClient, kube_scheduler: Any, headroom: Headroom, make_node: Any,
+    k8s_client: k8s.ApiClient,
+    kube_scheduler: Any,
+    headroom: Headroom,
+    make_node: Any,
     namespace: str,
 ) -> None:
     core: Any = k8s.CoreV1Api(k8s_client)
     res: Any = k8s.ResourceV1Api(k8s_client)
-    nodes = [make_node(f"dra-{s}", gpus=0, capacity_type=s, instance_type="g5.12xlarge")
-             for s in ("spot", "on-demand")]
+    nodes = [
+        make_node(f"dra-{s}", gpus=0, capacity_type=s, instance_type="g5.12xlarge")
+        for s in ("spot", "on-demand")
+    ]
     for node in nodes:
         driver = headroom.agent(node, "4xA10G:24Gi")
         res.create_resource_slice(nvidia_slice(node, driver.gpu_uuids))
@@ -74,16 +89,29 @@ def test_dra_allocation_is_recorded_as_status_allocation_says(
     res.create_namespaced_resource_claim_template(namespace, template)
     # no kube-controller-manager here to stamp claims from templates: make the claim
     # from the template's own spec, as the controller would
-    claim = {"metadata": {"name": "train-gpu", **template["spec"].get("metadata", {})},
-             "spec": template["spec"]["spec"]}
+    claim = {
+        "metadata": {"name": "train-gpu", **template["spec"].get("metadata", {})},
+        "spec": template["spec"]["spec"],
+    }
     res.create_namespaced_resource_claim(namespace, claim)
     kube_scheduler(headroom.url)
     try:
-        core.create_namespaced_pod(namespace, {
-            "metadata": {"name": "dra-train", "labels": {"team": "research"}},
-            "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimName": "train-gpu"}],
-                     "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
-                                     "resources": {"claims": [{"name": "gpu"}]}}]}})
+        core.create_namespaced_pod(
+            namespace,
+            {
+                "metadata": {"name": "dra-train", "labels": {"team": "research"}},
+                "spec": {
+                    "resourceClaims": [{"name": "gpu", "resourceClaimName": "train-gpu"}],
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "registry.k8s.io/pause:3.10",
+                            "resources": {"claims": [{"name": "gpu"}]},
+                        }
+                    ],
+                },
+            },
+        )
         deadline = time.monotonic() + 60
         rows: list[dict[str, Any]] = []
         while time.monotonic() < deadline and not rows:

@@ -38,16 +38,25 @@ def restart_apiserver(plane: ControlPlane) -> None:
     proc = apiserver(plane)
     proc.start()
     ctx = plane.ssl_context()
-    wait_until("kube-apiserver /readyz after restart",
-               lambda: https_get(f"{plane.server}/readyz", ctx, plane.token)[0] == 200,
-               180, plane.procs)
+    wait_until(
+        "kube-apiserver /readyz after restart",
+        lambda: https_get(f"{plane.server}/readyz", ctx, plane.token)[0] == 200,
+        180,
+        plane.procs,
+    )
 
 
 @pytest.fixture
 def extender(e2e_cluster: ControlPlane, tmp_path: Path) -> Iterator[tuple[str, Built]]:
     (tmp_path / "token").write_text(TOKEN)
-    built = build(Settings(db=str(tmp_path / "l.db"), kubeconfig=str(e2e_cluster.kubeconfig),
-                           agent_token_file=str(tmp_path / "token"), stale_after=3600))
+    built = build(
+        Settings(
+            db=str(tmp_path / "l.db"),
+            kubeconfig=str(e2e_cluster.kubeconfig),
+            agent_token_file=str(tmp_path / "token"),
+            stale_after=3600,
+        )
+    )
     assert built.sync is not None and built.sync.wait_synced(60)
     with ServerThread(built.app) as url:
         yield url, built
@@ -58,15 +67,23 @@ def extender(e2e_cluster: ControlPlane, tmp_path: Path) -> Iterator[tuple[str, B
 def report(url: str, node: str) -> None:
     d = SimulatedDriver("1xA10G:24Gi", seed=1, node=node)
     rep = build_report(d, node, d.attribute, SystemClock())
-    httpx.post(url + "/v1/reports", content=msgspec.json.encode(rep),
-               headers={"Authorization": f"Bearer {TOKEN}"}).raise_for_status()
+    httpx.post(
+        url + "/v1/reports",
+        content=msgspec.json.encode(rep),
+        headers={"Authorization": f"Bearer {TOKEN}"},
+    ).raise_for_status()
 
 
 def pod_json(name: str, uid: str, namespace: str) -> dict[str, Any]:
-    return {"metadata": {"name": name, "namespace": namespace, "uid": uid,
-                         "annotations": {"headroom.dev/gpu-memory": "4Gi"}},
-            "spec": {"containers": [{"name": "c", "resources": {
-                "limits": {"nvidia.com/gpu": "1"}}}]}}
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": uid,
+            "annotations": {"headroom.dev/gpu-memory": "4Gi"},
+        },
+        "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+    }
 
 
 def eventually(cond: Callable[[], bool], what: str, timeout: float = 120) -> None:
@@ -78,17 +95,29 @@ def eventually(cond: Callable[[], bool], what: str, timeout: float = 120) -> Non
     pytest.fail(f"timed out waiting for {what}")
 
 
-def test_api_server_outage(e2e_cluster: ControlPlane, k8s_client: k8s.ApiClient,
-                           namespace: str, make_node: Callable[..., str],
-                           extender: tuple[str, Built]) -> None:
+def test_api_server_outage(
+    e2e_cluster: ControlPlane,
+    k8s_client: k8s.ApiClient,
+    namespace: str,
+    make_node: Callable[..., str],
+    extender: tuple[str, Built],
+) -> None:
     url, built = extender
     core = k8s.CoreV1Api(k8s_client)
     node = make_node("faults-api-1")
     report(url, node)
-    created = core.create_namespaced_pod(namespace, {
-        "metadata": {"name": "p1", "annotations": {"headroom.dev/gpu-memory": "4Gi"}},
-        "spec": {"schedulerName": "nobody", "containers": [{"name": "c", "image": "x",
-                 "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}})
+    created = core.create_namespaced_pod(
+        namespace,
+        {
+            "metadata": {"name": "p1", "annotations": {"headroom.dev/gpu-memory": "4Gi"}},
+            "spec": {
+                "schedulerName": "nobody",
+                "containers": [
+                    {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+                ],
+            },
+        },
+    )
     uid = created.metadata.uid
     args = {"Pod": pod_json("p1", uid, namespace), "NodeNames": [node]}
     bind = {"PodName": "p1", "PodNamespace": namespace, "PodUID": uid, "Node": node}
@@ -102,13 +131,19 @@ def test_api_server_outage(e2e_cluster: ControlPlane, k8s_client: k8s.ApiClient,
         rows = built.service.ledger.for_pod(uid)
         assert [r.status for r in rows] == ["failed"]
         assert built.service.ledger.active() == [] or all(
-            a.pod.uid != uid for a in built.service.ledger.active())
+            a.pod.uid != uid for a in built.service.ledger.active()
+        )
     finally:
         restart_apiserver(e2e_cluster)
 
     later = make_node("faults-api-2", instance_type="g5.2xlarge")
-    eventually(lambda: (f := built.service.inventory.facts(later)) is not None
-               and f.instance_type == "g5.2xlarge", "the Node watch to reconnect")
+    eventually(
+        lambda: (
+            (f := built.service.inventory.facts(later)) is not None
+            and f.instance_type == "g5.2xlarge"
+        ),
+        "the Node watch to reconnect",
+    )
     assert httpx.post(url + "/filter", json=args).json()["NodeNames"] == [node]
     assert httpx.post(url + "/bind", json=bind, timeout=30).json()["Error"] == ""
     assert core.read_namespaced_pod("p1", namespace).spec.node_name == node

@@ -23,13 +23,27 @@ NODECLAIM_CRD = {
     "metadata": {"name": "nodeclaims.karpenter.sh"},
     "spec": {
         "group": "karpenter.sh",
-        "names": {"kind": "NodeClaim", "listKind": "NodeClaimList", "plural": "nodeclaims",
-                  "singular": "nodeclaim"},
+        "names": {
+            "kind": "NodeClaim",
+            "listKind": "NodeClaimList",
+            "plural": "nodeclaims",
+            "singular": "nodeclaim",
+        },
         "scope": "Cluster",
-        "versions": [{"name": "v1", "served": True, "storage": True,
-                      "subresources": {"status": {}},
-                      "schema": {"openAPIV3Schema": {
-                          "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}],
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "subresources": {"status": {}},
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "x-kubernetes-preserve-unknown-fields": True,
+                    }
+                },
+            }
+        ],
     },
 }
 
@@ -44,18 +58,22 @@ def ensure_crd(api: k8s.ApiClient) -> None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         crd = ext.read_custom_resource_definition("nodeclaims.karpenter.sh")
-        if any(c.type == "Established" and c.status == "True"
-               for c in crd.status.conditions or []):
+        if any(c.type == "Established" and c.status == "True" for c in crd.status.conditions or []):
             return
         time.sleep(0.2)
     raise AssertionError("NodeClaim CRD not established")
 
 
 def wait_refused(headroom: Headroom, node: str) -> None:
-    probe = {"Pod": {"metadata": {"name": "probe", "namespace": "x", "uid": "probe"},
-                     "spec": {"containers": [{"name": "c", "resources": {
-                         "limits": {"nvidia.com/gpu": "1"}}}]}},
-             "NodeNames": [node]}
+    probe = {
+        "Pod": {
+            "metadata": {"name": "probe", "namespace": "x", "uid": "probe"},
+            "spec": {
+                "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
+            },
+        },
+        "NodeNames": [node],
+    }
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         body = httpx.post(headroom.url + "/filter", json=probe).json()
@@ -66,20 +84,29 @@ def wait_refused(headroom: Headroom, node: str) -> None:
 
 
 def test_deleting_nodeclaim_stops_new_gpu_pods(
-    k8s_client: k8s.ApiClient, e2e_cluster: Any, kube_scheduler: Any, make_node: Any,
-    namespace: str, tmp_path: Path,
+    k8s_client: k8s.ApiClient,
+    e2e_cluster: Any,
+    kube_scheduler: Any,
+    make_node: Any,
+    namespace: str,
+    tmp_path: Path,
 ) -> None:
     ensure_crd(k8s_client)
     custom: Any = k8s.CustomObjectsApi(k8s_client)
     core: Any = k8s.CoreV1Api(k8s_client)
     node = make_node("karp-od", gpus=8, capacity_type="on-demand", instance_type="g5.12xlarge")
-    claim = {"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
-             "metadata": {"name": "gpu-x7k2p", "finalizers": ["karpenter.sh/termination"]},
-             "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass",
-                                       "name": "gpu"}}}
+    claim = {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodeClaim",
+        "metadata": {"name": "gpu-x7k2p", "finalizers": ["karpenter.sh/termination"]},
+        "spec": {
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "gpu"}
+        },
+    }
     custom.create_cluster_custom_object("karpenter.sh", "v1", "nodeclaims", claim)
-    custom.patch_cluster_custom_object_status("karpenter.sh", "v1", "nodeclaims", "gpu-x7k2p",
-                                              {"status": {"nodeName": node}})
+    custom.patch_cluster_custom_object_status(
+        "karpenter.sh", "v1", "nodeclaims", "gpu-x7k2p", {"status": {"nodeName": node}}
+    )
     headroom = Headroom(tmp_path, e2e_cluster.kubeconfig)
     headroom.start()  # after the CRD exists: the extender watches NodeClaims when served
     try:
@@ -94,5 +121,6 @@ def test_deleting_nodeclaim_stops_new_gpu_pods(
         assert "NodeClaim" in message, message
     finally:
         headroom.stop()
-        custom.patch_cluster_custom_object("karpenter.sh", "v1", "nodeclaims", "gpu-x7k2p",
-                                           {"metadata": {"finalizers": None}})
+        custom.patch_cluster_custom_object(
+            "karpenter.sh", "v1", "nodeclaims", "gpu-x7k2p", {"metadata": {"finalizers": None}}
+        )

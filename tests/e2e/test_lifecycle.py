@@ -49,7 +49,10 @@ def wait_row(h: Headroom, uid: str, ok: Callable[[dict[str, Any]], bool], what: 
 
 
 def test_pod_and_node_lifecycle_end_allocations(
-    kube_scheduler: Any, headroom: Headroom, make_node: Any, namespace: str,
+    kube_scheduler: Any,
+    headroom: Headroom,
+    make_node: Any,
+    namespace: str,
     k8s_client: k8s.ApiClient,
 ) -> None:
     core: Any = k8s.CoreV1Api(k8s_client)
@@ -73,8 +76,12 @@ def test_pod_and_node_lifecycle_end_allocations(
     assert nxt.spec.node_name == node
 
     core.delete_node(node)  # Karpenter consolidation / spot interruption
-    row = wait_row(headroom, nxt.metadata.uid, lambda r: r["ended_at"] is not None,
-                   "not released on node deletion")
+    row = wait_row(
+        headroom,
+        nxt.metadata.uid,
+        lambda r: r["ended_at"] is not None,
+        "not released on node deletion",
+    )
     assert row["end_reason"] == "node-deleted"
 
     core.create_namespaced_pod(namespace, pod_body("gone", "1Gi"))
@@ -86,26 +93,40 @@ def service_with(binder: Any, tmp_path: Path) -> SchedulingService:
     from drivers.simulated import SimulatedDriver
 
     clock = SystemClock()
-    svc = SchedulingService(Inventory(load_pricebook()), open_ledger(str(tmp_path / "l.db"), clock),
-                            binder, policy_by_name("binpack"), clock)
+    svc = SchedulingService(
+        Inventory(load_pricebook()),
+        open_ledger(str(tmp_path / "l.db"), clock),
+        binder,
+        policy_by_name("binpack"),
+        clock,
+    )
     d = SimulatedDriver("1xA10G:24Gi", node="bind-node", clock=clock)
     svc.report(build_report(d, "bind-node", d.attribute, clock))
     return svc
 
 
 def filter_then_bind(svc: SchedulingService, pod: Any, node: str = "bind-node") -> str:
-    body = {"Pod": {"metadata": {"name": pod.metadata.name, "namespace": pod.metadata.namespace,
-                                 "uid": pod.metadata.uid,
-                                 "annotations": pod.metadata.annotations},
-                    "spec": {"containers": [{"name": "c", "resources": {"limits": {
-                        "nvidia.com/gpu": "1"}}}]}},
-            "NodeNames": [node]}
+    body = {
+        "Pod": {
+            "metadata": {
+                "name": pod.metadata.name,
+                "namespace": pod.metadata.namespace,
+                "uid": pod.metadata.uid,
+                "annotations": pod.metadata.annotations,
+            },
+            "spec": {
+                "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
+            },
+        },
+        "NodeNames": [node],
+    }
     import msgspec
 
     result, _ = svc.filter(args_decoder.decode(msgspec.json.encode(body)))
     assert result.NodeNames == [node], result
-    return svc.bind(ExtenderBindingArgs(pod.metadata.name, pod.metadata.namespace,
-                                        pod.metadata.uid, node)).Error
+    return svc.bind(
+        ExtenderBindingArgs(pod.metadata.name, pod.metadata.namespace, pod.metadata.uid, node)
+    ).Error
 
 
 def assert_nothing_active(svc: SchedulingService, uid: str) -> None:
@@ -115,7 +136,11 @@ def assert_nothing_active(svc: SchedulingService, uid: str) -> None:
 
 
 def test_binder_failures_leave_nothing_active(
-    k8s_client: k8s.ApiClient, make_node: Any, namespace: str, e2e_cluster: Any, tmp_path: Path,
+    k8s_client: k8s.ApiClient,
+    make_node: Any,
+    namespace: str,
+    e2e_cluster: Any,
+    tmp_path: Path,
 ) -> None:
     core: Any = k8s.CoreV1Api(k8s_client)
     make_node("bind-node", gpus=4, capacity_type="on-demand", instance_type="g5.xlarge")
@@ -131,10 +156,15 @@ def test_binder_failures_leave_nothing_active(
 
     # 409: someone else bound it to another node first
     taken = core.create_namespaced_pod(namespace, pod_body("bound-elsewhere", "8Gi"))
-    core.create_namespaced_pod_binding("bound-elsewhere", namespace, {
-        "metadata": {"name": "bound-elsewhere"},
-        "target": {"apiVersion": "v1", "kind": "Node", "name": "other-node"}},
-        _preload_content=False)
+    core.create_namespaced_pod_binding(
+        "bound-elsewhere",
+        namespace,
+        {
+            "metadata": {"name": "bound-elsewhere"},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": "other-node"},
+        },
+        _preload_content=False,
+    )
     err = filter_then_bind(svc, taken)
     assert "409" in err, err
     assert_nothing_active(svc, taken.metadata.uid)
@@ -142,8 +172,10 @@ def test_binder_failures_leave_nothing_active(
     # the same pod bound again to the node it is on: idempotent success
     ok = core.create_namespaced_pod(namespace, pod_body("bind-twice", "8Gi"))
     assert filter_then_bind(svc, ok) == ""
-    assert KubeBinder(k8s_client).bind(namespace, "bind-twice", ok.metadata.uid, "bind-node",
-                                       {}) is None
+    assert (
+        KubeBinder(k8s_client).bind(namespace, "bind-twice", ok.metadata.uid, "bind-node", {})
+        is None
+    )
     assert core.read_namespaced_pod("bind-twice", namespace).spec.node_name == "bind-node"
 
     # API server unreachable: retried within the deadline, then a clean Error
@@ -152,8 +184,10 @@ def test_binder_failures_leave_nothing_active(
     dead_path = tmp_path / "dead-kubeconfig"
     dead_path.write_text(yaml.safe_dump(dead))
     (tmp_path / "down").mkdir()
-    down = service_with(KubeBinder(k8s_config.new_client_from_config(str(dead_path)),
-                                   deadline_s=1.0), tmp_path / "down")
+    down = service_with(
+        KubeBinder(k8s_config.new_client_from_config(str(dead_path)), deadline_s=1.0),
+        tmp_path / "down",
+    )
     lost = core.create_namespaced_pod(namespace, pod_body("api-down", "8Gi"))
     err = filter_then_bind(down, lost)
     assert "API server unreachable" in err, err

@@ -40,16 +40,26 @@ def gpu_nodes(make_node: Callable[..., str], headroom: Headroom, prefix: str) ->
     return spot, od
 
 
-def pod_body(name: str, memory: str | None = "10Gi", gpus: int = 1,
-             annotations: dict[str, str] | None = None) -> dict[str, Any]:
+def pod_body(
+    name: str, memory: str | None = "10Gi", gpus: int = 1, annotations: dict[str, str] | None = None
+) -> dict[str, Any]:
     ann = dict(annotations or {})
     if memory:
         ann["headroom.dev/gpu-memory"] = memory
     limits = {"nvidia.com/gpu": str(gpus)} if gpus else {}
-    return {"metadata": {"name": name, "annotations": ann, "labels": {"team": "e2e"}},
-            "spec": {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
-                                     "resources": {"limits": limits}}],
-                     "terminationGracePeriodSeconds": 0}}
+    return {
+        "metadata": {"name": name, "annotations": ann, "labels": {"team": "e2e"}},
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"limits": limits},
+                }
+            ],
+            "terminationGracePeriodSeconds": 0,
+        },
+    }
 
 
 def wait_bound(core: k8s.CoreV1Api, ns: str, name: str, timeout: float = 45) -> k8s.V1Pod:
@@ -127,10 +137,13 @@ def test_cost_spot_for_tolerant_pods_never_for_on_demand_only(
     spot, od = gpu_nodes(make_node, headroom, "cost")
     kube_scheduler(headroom.url)
     core.create_namespaced_pod(namespace, pod_body("tolerant", "8Gi"))
-    core.create_namespaced_pod(namespace, pod_body(
-        "steady", "8Gi", annotations={"karpenter.sh/do-not-disrupt": "true"}))
-    core.create_namespaced_pod(namespace, pod_body(
-        "explicit", "8Gi", annotations={"headroom.dev/capacity-type": "on-demand"}))
+    core.create_namespaced_pod(
+        namespace, pod_body("steady", "8Gi", annotations={"karpenter.sh/do-not-disrupt": "true"})
+    )
+    core.create_namespaced_pod(
+        namespace,
+        pod_body("explicit", "8Gi", annotations={"headroom.dev/capacity-type": "on-demand"}),
+    )
     assert wait_bound(core, namespace, "tolerant").spec.node_name == spot
     assert wait_bound(core, namespace, "steady").spec.node_name == od
     assert wait_bound(core, namespace, "explicit").spec.node_name == od
@@ -169,8 +182,13 @@ def test_extender_restart_loses_and_doubles_nothing(
 
 
 def test_a_second_replica_learns_grants_made_by_the_first(
-    kube_scheduler: Any, headroom: Headroom, make_node: Any, namespace: str, core: Any,
-    e2e_cluster: Any, tmp_path: Path,
+    kube_scheduler: Any,
+    headroom: Headroom,
+    make_node: Any,
+    namespace: str,
+    core: Any,
+    e2e_cluster: Any,
+    tmp_path: Path,
 ) -> None:
     """HA: replicas share the ledger, not memory. A standby that sees a pod bound by the
     leader (watch) reserves its grant, so after a failover it cannot hand it out again."""
@@ -184,11 +202,15 @@ def test_a_second_replica_learns_grants_made_by_the_first(
         kube_scheduler(headroom.url)
         core.create_namespaced_pod(namespace, pod_body("leader-bound", "16Gi"))
         wait_bound(core, namespace, "leader-bound")
-        probe = {"Pod": {"metadata": {"name": "probe", "namespace": namespace, "uid": "probe"},
-                         "spec": {"containers": [{"name": "c", "resources": {"limits": {
-                             "nvidia.com/gpu": "1"}}}]},
-                         },
-                 "NodeNames": [node]}
+        probe = {
+            "Pod": {
+                "metadata": {"name": "probe", "namespace": namespace, "uid": "probe"},
+                "spec": {
+                    "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
+                },
+            },
+            "NodeNames": [node],
+        }
         probe["Pod"]["metadata"]["annotations"] = {"headroom.dev/gpu-memory": "16Gi"}
         deadline = time.monotonic() + 30
         reason = ""

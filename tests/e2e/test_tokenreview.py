@@ -40,38 +40,52 @@ def ensure(fn: Callable[[], Any]) -> None:
             raise
 
 
-def token_for(core: k8s.CoreV1Api, ns: str, sa: str, audience: str,
-              pod: tuple[str, str] | None) -> str:
+def token_for(
+    core: k8s.CoreV1Api, ns: str, sa: str, audience: str, pod: tuple[str, str] | None
+) -> str:
     bound = None
     if pod is not None:
-        bound = k8s.V1BoundObjectReference(api_version="v1", kind="Pod", name=pod[0],
-                                           uid=pod[1])
-    req = k8s.AuthenticationV1TokenRequest(spec=k8s.V1TokenRequestSpec(
-        audiences=[audience], expiration_seconds=600, bound_object_ref=bound))
+        bound = k8s.V1BoundObjectReference(api_version="v1", kind="Pod", name=pod[0], uid=pod[1])
+    req = k8s.AuthenticationV1TokenRequest(
+        spec=k8s.V1TokenRequestSpec(
+            audiences=[audience], expiration_seconds=600, bound_object_ref=bound
+        )
+    )
     token: str = core.create_namespaced_service_account_token(sa, ns, req).status.token
     return token
 
 
 @pytest.fixture
-def agent_pods(k8s_client: k8s.ApiClient,
-               make_node: Callable[..., str]) -> Iterator[dict[str, tuple[str, str]]]:
+def agent_pods(
+    k8s_client: k8s.ApiClient, make_node: Callable[..., str]
+) -> Iterator[dict[str, tuple[str, str]]]:
     """Two nodes, an agent pod bound to each (no kubelet: spec.nodeName set directly)."""
     core = k8s.CoreV1Api(k8s_client)
     ensure(lambda: core.create_namespace({"metadata": {"name": AGENT_NS}}))
     for sa in ("default", "headroom-agent", "intruder"):
-        ensure(lambda sa=sa: core.create_namespaced_service_account(
-            AGENT_NS, {"metadata": {"name": sa}}))
+        ensure(
+            lambda sa=sa: core.create_namespaced_service_account(
+                AGENT_NS, {"metadata": {"name": sa}}
+            )
+        )
     suffix = uuid.uuid4().hex[:6]
     pods: dict[str, tuple[str, str]] = {}
     for which in ("a", "b"):
         node = make_node(f"tr-{which}-{suffix}")
         for sa in ("headroom-agent", "intruder"):
             name = f"{sa}-{which}-{suffix}"
-            made = core.create_namespaced_pod(AGENT_NS, {
-                "metadata": {"name": name},
-                "spec": {"nodeName": node, "serviceAccountName": sa,
-                         "automountServiceAccountToken": False,
-                         "containers": [{"name": "agent", "image": "headroom"}]}})
+            made = core.create_namespaced_pod(
+                AGENT_NS,
+                {
+                    "metadata": {"name": name},
+                    "spec": {
+                        "nodeName": node,
+                        "serviceAccountName": sa,
+                        "automountServiceAccountToken": False,
+                        "containers": [{"name": "agent", "image": "headroom"}],
+                    },
+                },
+            )
             pods[f"{sa}-{which}"] = (name, made.metadata.uid)
         pods[f"node-{which}"] = (node, "")
     yield pods
@@ -83,9 +97,14 @@ def agent_pods(k8s_client: k8s.ApiClient,
 
 @pytest.fixture
 def extender(e2e_cluster: ControlPlane, tmp_path: Path) -> Iterator[tuple[str, Built]]:
-    built = build(Settings(db=str(tmp_path / "l.db"), kubeconfig=str(e2e_cluster.kubeconfig),
-                           agent_token_audience="headroom",
-                           agent_service_account=f"{AGENT_NS}:headroom-agent"))
+    built = build(
+        Settings(
+            db=str(tmp_path / "l.db"),
+            kubeconfig=str(e2e_cluster.kubeconfig),
+            agent_token_audience="headroom",
+            agent_service_account=f"{AGENT_NS}:headroom-agent",
+        )
+    )
     with ServerThread(built.app) as url:
         yield url, built
     if built.sync is not None:
@@ -96,20 +115,27 @@ def extender(e2e_cluster: ControlPlane, tmp_path: Path) -> Iterator[tuple[str, B
 def post_report(url: str, node: str, token: str) -> httpx.Response:
     d = SimulatedDriver("1xA10G:24Gi", seed=1, node=node)
     rep = build_report(d, node, d.attribute, SystemClock())
-    return httpx.post(url + "/v1/reports", content=msgspec.json.encode(rep),
-                      headers={"Authorization": f"Bearer {token}"}, timeout=10)
+    return httpx.post(
+        url + "/v1/reports",
+        content=msgspec.json.encode(rep),
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=10,
+    )
 
 
 def test_agent_token_review_against_the_api_server(
-    k8s_client: k8s.ApiClient, agent_pods: dict[str, tuple[str, str]],
-    extender: tuple[str, Built], caplog: pytest.LogCaptureFixture,
+    k8s_client: k8s.ApiClient,
+    agent_pods: dict[str, tuple[str, str]],
+    extender: tuple[str, Built],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.DEBUG)
     core = k8s.CoreV1Api(k8s_client)
     url, built = extender
     node_a, node_b = agent_pods["node-a"][0], agent_pods["node-b"][0]
-    agent_a = token_for(core, AGENT_NS, "headroom-agent", "headroom",
-                        agent_pods["headroom-agent-a"])
+    agent_a = token_for(
+        core, AGENT_NS, "headroom-agent", "headroom", agent_pods["headroom-agent-a"]
+    )
 
     r = post_report(url, node_a, agent_a)
     assert r.status_code == 200, r.text
@@ -120,8 +146,9 @@ def test_agent_token_review_against_the_api_server(
     assert f"bound to node {node_a!r}" in r.json()["detail"]
     assert built.service.inventory.received_at(node_b) is None
 
-    wrong_audience = token_for(core, AGENT_NS, "headroom-agent", "kubernetes",
-                               agent_pods["headroom-agent-a"])
+    wrong_audience = token_for(
+        core, AGENT_NS, "headroom-agent", "kubernetes", agent_pods["headroom-agent-a"]
+    )
     r = post_report(url, node_a, wrong_audience)
     assert r.status_code == 401 and "audience" in r.json()["detail"]
 
@@ -135,8 +162,9 @@ def test_agent_token_review_against_the_api_server(
 
     assert post_report(url, node_a, "garbage.not.a.jwt").status_code == 401
 
-    agent_b = token_for(core, AGENT_NS, "headroom-agent", "headroom",
-                        agent_pods["headroom-agent-b"])
+    agent_b = token_for(
+        core, AGENT_NS, "headroom-agent", "headroom", agent_pods["headroom-agent-b"]
+    )
     assert post_report(url, node_b, agent_b).status_code == 200
 
     tokens = [agent_a, agent_b, wrong_audience, intruder, unbound]
@@ -146,8 +174,10 @@ def test_agent_token_review_against_the_api_server(
 
 
 def test_successful_reviews_are_cached(
-    k8s_client: k8s.ApiClient, agent_pods: dict[str, tuple[str, str]],
-    extender: tuple[str, Built], monkeypatch: pytest.MonkeyPatch,
+    k8s_client: k8s.ApiClient,
+    agent_pods: dict[str, tuple[str, str]],
+    extender: tuple[str, Built],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     core = k8s.CoreV1Api(k8s_client)
     url, _ = extender
@@ -159,8 +189,7 @@ def test_successful_reviews_are_cached(
         return original(self, *a, **kw)
 
     monkeypatch.setattr(k8s.AuthenticationV1Api, "create_token_review", counted)
-    token = token_for(core, AGENT_NS, "headroom-agent", "headroom",
-                      agent_pods["headroom-agent-a"])
+    token = token_for(core, AGENT_NS, "headroom-agent", "headroom", agent_pods["headroom-agent-a"])
     for _ in range(5):
         assert post_report(url, agent_pods["node-a"][0], token).status_code == 200
     assert len(calls) == 1

@@ -24,8 +24,11 @@ def race(ledger: Ledger, pods: int, seed: int, out: list[str]) -> None:
     for i in order:
         uid = f"c-{i}"
         try:
-            ledger.record_decision(decision(uid, grant("GPU-0", 10 * GIB),
-                                            grant("GPU-1", 10 * GIB, index=1), at=1.0 + i))
+            ledger.record_decision(
+                decision(
+                    uid, grant("GPU-0", 10 * GIB), grant("GPU-1", 10 * GIB, index=1), at=1.0 + i
+                )
+            )
             out.append(f"won {uid}")
         except AlreadyAllocated:
             out.append(f"lost {uid}")

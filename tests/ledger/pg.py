@@ -60,16 +60,40 @@ class PgServer:
         return subprocess.run(cmd, check=check, capture_output=True, text=True, timeout=120)
 
     def start(self) -> PgServer:
-        self._run("initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust", "--no-sync",
-                  "-E", "UTF8")
+        self._run(
+            "initdb",
+            "-D",
+            str(self.data),
+            "-U",
+            "postgres",
+            "-A",
+            "trust",
+            "--no-sync",
+            "-E",
+            "UTF8",
+        )
         self._pg_ctl("start")
         return self
 
     def _pg_ctl(self, action: str, *extra: str) -> None:
-        opts = (f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1"
-                " -c max_connections=300 -c fsync=on -c synchronous_commit=on")
-        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "log"), "-w", "-t", "60",
-                  "-o", opts, action, *extra)
+        opts = (
+            f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1"
+            " -c max_connections=300 -c fsync=on -c synchronous_commit=on"
+        )
+        self._run(
+            "pg_ctl",
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.root / "log"),
+            "-w",
+            "-t",
+            "60",
+            "-o",
+            opts,
+            action,
+            *extra,
+        )
 
     def restart_immediate(self) -> None:
         """Crash-stop (no checkpoint, like a kill) and start again; WAL recovery runs."""

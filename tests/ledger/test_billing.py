@@ -23,9 +23,15 @@ def _seed(ledger: Ledger, t: float) -> None:
     ledger.record_node(NODE, [("GPU-0", "H100", 80 * GIB)], Decimal("4.00"), t)
     spans = {"p1": (20, 0, 2), "p2": (20, 1, 3), "p3": (40, 0, 4)}
     for uid, (gib, start, end) in spans.items():
-        ledger.record_decision(decision(uid, grant("GPU-0", gib * GIB), at=t + start * H,
-                                        ns=f"ns-{uid}", labels={"team": "x"} if uid != "p3"
-                                        else {}))
+        ledger.record_decision(
+            decision(
+                uid,
+                grant("GPU-0", gib * GIB),
+                at=t + start * H,
+                ns=f"ns-{uid}",
+                labels={"team": "x"} if uid != "p3" else {},
+            )
+        )
         ledger.mark_bound(uid, t + start * H + 1)
         ledger.release(uid, t + end * H, "completed")
     ledger.node_gone(NODE.name, t + 4 * H, "scaled-down")
@@ -45,11 +51,17 @@ def test_time_sliced_shares_sum_to_the_gpu_cost(ledger: Ledger, clock: ManualClo
     t = clock.now()
     _seed(ledger, t)
     full = chargeback_report(ledger, t, t + 4 * H, "namespace", t + 5 * H)
-    assert _by(full) == {"ns-p1": Decimal("2.00"), "ns-p2": Decimal("2.00"),
-                         "ns-p3": Decimal("8.00")}
+    assert _by(full) == {
+        "ns-p1": Decimal("2.00"),
+        "ns-p2": Decimal("2.00"),
+        "ns-p3": Decimal("8.00"),
+    }
     (node,) = full.nodes
-    assert (node.cost, node.charged, node.idle) == (Decimal("16.00"), Decimal("12.00"),
-                                                    Decimal("4.00"))
+    assert (node.cost, node.charged, node.idle) == (
+        Decimal("16.00"),
+        Decimal("12.00"),
+        Decimal("4.00"),
+    )
     assert not node.oversubscribed
     _node_identity(full)
     packed = chargeback_report(ledger, t + H, t + 2 * H, "pod", t + 5 * H)  # 20+20+40 = 80 GiB
@@ -67,8 +79,9 @@ def test_window_clips_allocations_at_both_edges(ledger: Ledger, clock: ManualClo
     _node_identity(r)
 
 
-def test_active_rows_count_until_now_and_failed_rows_never(ledger: Ledger,
-                                                           clock: ManualClock) -> None:
+def test_active_rows_count_until_now_and_failed_rows_never(
+    ledger: Ledger, clock: ManualClock
+) -> None:
     t = clock.now()
     ledger.record_node(NODE, [("GPU-0", "H100", 80 * GIB)], Decimal("4.00"), t)
     ledger.record_decision(decision("run", grant("GPU-0", 40 * GIB), at=t))
@@ -91,8 +104,9 @@ def test_oversubscribed_node_is_flagged(ledger: Ledger, clock: ManualClock) -> N
     _node_identity(r)
 
 
-def test_allocations_on_an_unknown_node_are_billed_and_flagged(ledger: Ledger,
-                                                               clock: ManualClock) -> None:
+def test_allocations_on_an_unknown_node_are_billed_and_flagged(
+    ledger: Ledger, clock: ManualClock
+) -> None:
     t = clock.now()
     ledger.record_decision(decision("a", grant("GPU-0", 20 * GIB), at=t))
     r = chargeback_report(ledger, t, t + H, "node", now=t + H)

@@ -48,8 +48,9 @@ def scenarios(draw: st.DrawFn) -> tuple[list[ChargeRow], list[NodePeriod], float
         gpus = draw(st.integers(1, 4))
         since = draw(st.integers(0, horizon // 2))
         until = draw(st.integers(since + 1, horizon))
-        periods.append(NodePeriod(name, "p5", "spot", gpus, gpus * GPU_MIB, price, _t(since),
-                                  _t(until)))
+        periods.append(
+            NodePeriod(name, "p5", "spot", gpus, gpus * GPU_MIB, price, _t(since), _t(until))
+        )
         for g in range(gpus):
             budget = GPU_MIB  # slices on one GPU never exceed it: no oversubscription
             for _ in range(draw(st.integers(0, 4))):
@@ -60,19 +61,30 @@ def scenarios(draw: st.DrawFn) -> tuple[list[ChargeRow], list[NodePeriod], float
                 a = draw(st.integers(since, until))
                 b = draw(st.integers(a, until))
                 ended = draw(st.booleans())
-                rows.append(ChargeRow(len(rows) + 1, f"uid{len(rows)}",
-                                      draw(st.sampled_from(["a", "b"])), f"p{len(rows)}", "{}",
-                                      name, "spot", f"{name}-gpu{g}", mib,
-                                      price * mib / GPU_MIB, _t(a), _t(b) if ended else None,
-                                      "ended" if ended else "running"))
+                rows.append(
+                    ChargeRow(
+                        len(rows) + 1,
+                        f"uid{len(rows)}",
+                        draw(st.sampled_from(["a", "b"])),
+                        f"p{len(rows)}",
+                        "{}",
+                        name,
+                        "spot",
+                        f"{name}-gpu{g}",
+                        mib,
+                        price * mib / GPU_MIB,
+                        _t(a),
+                        _t(b) if ended else None,
+                        "ended" if ended else "running",
+                    )
+                )
     lo = draw(st.integers(0, horizon))
     hi = draw(st.integers(lo, horizon))
     return rows, periods, _t(lo), _t(hi)
 
 
 @settings(max_examples=300, deadline=None)
-@given(scenarios(), st.integers(0, 12 * 3600 * 1000), st.sampled_from(["namespace", "pod",
-                                                                          "node"]))
+@given(scenarios(), st.integers(0, 12 * 3600 * 1000), st.sampled_from(["namespace", "pod", "node"]))
 def test_charges_plus_idle_equal_node_cost(scenario, now_ms: int, group_by: str) -> None:  # type: ignore[no-untyped-def]
     rows, periods, start, end = scenario
     now = _t(now_ms)
@@ -80,12 +92,22 @@ def test_charges_plus_idle_equal_node_cost(scenario, now_ms: int, group_by: str)
     for p in periods:
         (line,) = [n for n in report.nodes if n.node == p.node]
         until = min(p.until or end, end)
-        cost = Fraction(p.gpu_price_per_hour) * p.gpu_count * _overlap(p.since, until, start,
-                                                                       end) / 3600
-        charged = sum((Fraction(r.price_per_hour)
-                       * _overlap(r.start, r.end if r.end is not None else min(end, now), start,
-                                  end) / 3600
-                       for r in rows if r.node == p.node), Fraction(0))
+        cost = (
+            Fraction(p.gpu_price_per_hour)
+            * p.gpu_count
+            * _overlap(p.since, until, start, end)
+            / 3600
+        )
+        charged = sum(
+            (
+                Fraction(r.price_per_hour)
+                * _overlap(r.start, r.end if r.end is not None else min(end, now), start, end)
+                / 3600
+                for r in rows
+                if r.node == p.node
+            ),
+            Fraction(0),
+        )
         assert line.cost == _round_cents(cost)
         assert line.charged == _round_cents(charged)
         assert line.charged + line.idle == line.cost

@@ -24,13 +24,21 @@ PODS, THREADS, PROCESSES = 80, 4, 3
 def test_each_pod_is_allocated_exactly_once(ledger_target: str, clock: ManualClock) -> None:
     ledger = open_ledger(ledger_target, clock)  # schema exists before the race starts
     env = {**os.environ, "PYTHONPATH": ROOT}
-    procs = [subprocess.Popen([sys.executable, "-m", "tests.ledger.contender", ledger_target,
-                               str(PODS), str(seed)], cwd=ROOT, env=env, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-             for seed in range(PROCESSES)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.ledger.contender", ledger_target, str(PODS), str(seed)],
+            cwd=ROOT,
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for seed in range(PROCESSES)
+    ]
     outs: list[list[str]] = [[] for _ in range(THREADS)]
-    threads = [threading.Thread(target=race, args=(ledger, PODS, 100 + k, outs[k]))
-               for k in range(THREADS)]
+    threads = [
+        threading.Thread(target=race, args=(ledger, PODS, 100 + k, outs[k])) for k in range(THREADS)
+    ]
     for t in threads:
         t.start()
     for t in threads:

@@ -24,9 +24,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def _spawn(target: str, prefix: str, count: int, *extra: str) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": ROOT}
-    return subprocess.Popen([sys.executable, "-m", "tests.ledger.writer", target, prefix,
-                             str(count), *extra], cwd=ROOT, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.ledger.writer", target, prefix, str(count), *extra],
+        cwd=ROOT,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def _read_until(proc: subprocess.Popen[str], n: int) -> list[str]:
@@ -78,8 +83,9 @@ def test_sigkill_mid_burst_sqlite(tmp_path, clock: ManualClock) -> None:  # type
 
 
 @pytest.mark.postgres
-def test_postgres_restarted_mid_burst_writer_retries(pg_server: PgServer,
-                                                     clock: ManualClock) -> None:
+def test_postgres_restarted_mid_burst_writer_retries(
+    pg_server: PgServer, clock: ManualClock
+) -> None:
     target = pg_server.create_db()
     try:
         open_ledger(target, clock).close()

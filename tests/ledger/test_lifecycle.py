@@ -16,11 +16,13 @@ from extender.metrics import LedgerMetrics
 from .helpers import GIB, NODE, decision, grant
 
 
-def test_decision_writes_one_row_per_grant_and_one_event(ledger: Ledger, clock: ManualClock
-                                                         ) -> None:
+def test_decision_writes_one_row_per_grant_and_one_event(
+    ledger: Ledger, clock: ManualClock
+) -> None:
     t = clock.now()
-    allocs = ledger.record_decision(decision("u1", grant("GPU-0", 20 * GIB),
-                                             grant("GPU-1", 80 * GIB, index=1), at=t))
+    allocs = ledger.record_decision(
+        decision("u1", grant("GPU-0", 20 * GIB), grant("GPU-1", 80 * GIB, index=1), at=t)
+    )
     assert [a.grant.gpu_uuid for a in allocs] == ["GPU-0", "GPU-1"]
     assert {a.status for a in ledger.active()} == {Status.RESERVED}
     stored = ledger.get_allocation(allocs[0].id)
@@ -31,8 +33,9 @@ def test_decision_writes_one_row_per_grant_and_one_event(ledger: Ledger, clock: 
     assert f'"allocation_ids":[{allocs[0].id},{allocs[1].id}]' in events[0].payload
 
 
-def test_second_decision_for_active_pod_is_refused_until_released(ledger: Ledger,
-                                                                  clock: ManualClock) -> None:
+def test_second_decision_for_active_pod_is_refused_until_released(
+    ledger: Ledger, clock: ManualClock
+) -> None:
     t = clock.now()
     ledger.record_decision(decision("u1", at=t))
     with pytest.raises(AlreadyAllocated):
@@ -77,15 +80,18 @@ def test_observe_keeps_a_bounded_time_weighted_rollup(ledger: Ledger, clock: Man
     assert a.obs_mean_sm == pytest.approx((10 * 10 + 40 * 30) / 40)
 
 
-def test_discrepancies_are_deduplicated_while_they_persist(ledger: Ledger, clock: ManualClock,
-                                                           metrics: LedgerMetrics) -> None:
+def test_discrepancies_are_deduplicated_while_they_persist(
+    ledger: Ledger, clock: ManualClock, metrics: LedgerMetrics
+) -> None:
     t = clock.now()
     for i, mib in enumerate((100, 300, 200)):
         ledger.record_discrepancy(EventKind.OVERRUN, "n", "GPU-0", "u1", mib, "over", t + i)
     ledger.record_discrepancy(EventKind.OVERRUN, "n", "GPU-0", "u1", 50, "again", t + 10_000)
     found = ledger.list_discrepancies(False, t)
     assert [(d.count, d.max_amount_mib, d.closed_at) for d in found] == [
-        (3, 300, t + 2), (1, 50, None)]
+        (3, 300, t + 2),
+        (1, 50, None),
+    ]
     assert [d.id for d in ledger.list_discrepancies(True, t + 10_000)] == [found[1].id]
     assert [e.kind for e in ledger.list_events()] == ["overrun", "overrun"]
     assert metrics.discrepancies.labels("overrun")._value.get() == 2
@@ -102,10 +108,16 @@ def test_nodes_keep_price_periods(ledger: Ledger, clock: ManualClock) -> None:
     ledger.node_gone(NODE.name, t + 7200, "deleted")
     periods = ledger.node_periods(t, t + 10_000)
     assert [(p.gpu_price_per_hour, p.since, p.until) for p in periods] == [
-        (Decimal("4.00"), t, t + 3600), (Decimal("1.50"), t + 3600, t + 7200)]
+        (Decimal("4.00"), t, t + 3600),
+        (Decimal("1.50"), t + 3600, t + 7200),
+    ]
     (n,) = ledger.nodes()
-    assert (n.gpu_count, n.gpu_total_mib, n.gone_at, n.last_seen) == (2, 160 * GIB, t + 7200,
-                                                                      t + 7200)
+    assert (n.gpu_count, n.gpu_total_mib, n.gone_at, n.last_seen) == (
+        2,
+        160 * GIB,
+        t + 7200,
+        t + 7200,
+    )
     assert n.gpus[1] == ("GPU-1", "H100", 80 * GIB)
 
 
@@ -115,13 +127,18 @@ def test_list_allocations_filters_and_keyset_pages(ledger: Ledger, clock: Manual
         ledger.record_decision(decision(f"u{i}", at=t + i, ns="a" if i % 2 else "b"))
     ledger.release("u0", t + 10, "done")
     assert [a.pod.uid for a in ledger.list_allocations(AllocationFilter(namespace="a"))] == [
-        "u1", "u3"]
+        "u1",
+        "u3",
+    ]
     assert len(ledger.list_allocations(AllocationFilter(active=True))) == 4
     assert [a.pod.uid for a in ledger.list_allocations(AllocationFilter(pod="pod-u2"))] == ["u2"]
     assert [a.pod.uid for a in ledger.list_allocations(AllocationFilter(start=t + 11))] == [
-        "u1", "u2", "u3", "u4"]
-    assert [a.pod.uid for a in ledger.list_allocations(AllocationFilter(end=t + 2))] == [
-        "u0", "u1"]
+        "u1",
+        "u2",
+        "u3",
+        "u4",
+    ]
+    assert [a.pod.uid for a in ledger.list_allocations(AllocationFilter(end=t + 2))] == ["u0", "u1"]
     first = ledger.list_allocations(AllocationFilter(), 0, 2)
     rest = ledger.list_allocations(AllocationFilter(), first[-1].id, 10)
     assert [a.pod.uid for a in first + rest] == [f"u{i}" for i in range(5)]

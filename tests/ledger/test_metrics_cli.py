@@ -30,10 +30,14 @@ def test_metrics_exposition(ledger: Ledger, clock: ManualClock, metrics: LedgerM
     body, ctype = metrics_response(metrics.registry)
     text = body.decode()
     assert ctype.startswith("text/plain")
-    assert (f'headroom_gpu_memory_granted_bytes{{gpu="GPU-0",namespace="ml",node="{NODE.name}"}}'
-            " 2.147483648e+10") in text
-    assert 'headroom_gpu_memory_used_bytes{gpu="GPU-0",namespace="ml",pod="pod-u1"} 1.048576e+09' \
+    assert (
+        f'headroom_gpu_memory_granted_bytes{{gpu="GPU-0",namespace="ml",node="{NODE.name}"}}'
+        " 2.147483648e+10"
+    ) in text
+    assert (
+        'headroom_gpu_memory_used_bytes{gpu="GPU-0",namespace="ml",pod="pod-u1"} 1.048576e+09'
         in text
+    )
     assert 'headroom_allocations_active{status="reserved"} 1.0' in text
     assert 'headroom_chargeback_dollars{namespace="ml"} 1.0' in text
     assert 'headroom_discrepancies_total{kind="unaccounted"} 1.0' in text
@@ -41,9 +45,14 @@ def test_metrics_exposition(ledger: Ledger, clock: ManualClock, metrics: LedgerM
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "extender.cli", "ledger", *args],
-                          cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT}, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "extender.cli", "ledger", *args],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": ROOT},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_cli_chargeback_table_and_export(tmp_path, clock: ManualClock) -> None:  # type: ignore[no-untyped-def]
@@ -58,8 +67,19 @@ def test_cli_chargeback_table_and_export(tmp_path, clock: ManualClock) -> None: 
     res = _cli("chargeback", "--db", db, *window, "--group-by", "pod")
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
-    assert lines[0].split() == ["POD", "ALLOCS", "GIB-HOURS", "COST", "USD", "MEAN", "USED",
-                                "MIB", "MEAN", "SM", "%"]
+    assert lines[0].split() == [
+        "POD",
+        "ALLOCS",
+        "GIB-HOURS",
+        "COST",
+        "USD",
+        "MEAN",
+        "USED",
+        "MIB",
+        "MEAN",
+        "SM",
+        "%",
+    ]
     assert lines[1].split()[:4] == ["ml/pod-u1", "1", "40.0000", "2.00"]
     node_line = next(line for line in lines if line.startswith(NODE.name))
     assert node_line.split()[3:6] == ["8.00", "2.00", "6.00"]

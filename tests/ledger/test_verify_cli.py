@@ -20,9 +20,14 @@ PSQL = "/usr/lib/postgresql/15/bin/psql"
 
 
 def _verify(target: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "extender.cli", "ledger", "verify",
-                           "--db", target], cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT},
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "extender.cli", "ledger", "verify", "--db", target],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": ROOT},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def _tamper(target: str, sql: str) -> None:
@@ -32,8 +37,9 @@ def _tamper(target: str, sql: str) -> None:
             conn.execute(sql)
         return
     if os.path.exists(PSQL):
-        subprocess.run([PSQL, target, "-v", "ON_ERROR_STOP=1", "-c", sql], check=True,
-                       capture_output=True)
+        subprocess.run(
+            [PSQL, target, "-v", "ON_ERROR_STOP=1", "-c", sql], check=True, capture_output=True
+        )
         return
     with psycopg.connect(target, autocommit=True) as pg:
         pg.execute(sql.encode())
@@ -56,12 +62,15 @@ def test_untouched_ledger_verifies(filled: str) -> None:
     assert res.stdout.strip() == "ok: 8 events verified"
 
 
-@pytest.mark.parametrize("sql, bad_seq", [
-    ("UPDATE events SET payload = replace(payload, 'cheapest', 'free') WHERE seq = 3", 3),
-    ("UPDATE events SET at = at + 1 WHERE seq = 5", 5),
-    ("DELETE FROM events WHERE seq = 4", 4),
-    ("DELETE FROM events WHERE seq = 8", 8),
-])
+@pytest.mark.parametrize(
+    "sql, bad_seq",
+    [
+        ("UPDATE events SET payload = replace(payload, 'cheapest', 'free') WHERE seq = 3", 3),
+        ("UPDATE events SET at = at + 1 WHERE seq = 5", 5),
+        ("DELETE FROM events WHERE seq = 4", 4),
+        ("DELETE FROM events WHERE seq = 8", 8),
+    ],
+)
 def test_edited_or_deleted_event_fails(filled: str, sql: str, bad_seq: int) -> None:
     _tamper(filled, sql)
     res = _verify(filled)

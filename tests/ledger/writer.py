@@ -38,8 +38,7 @@ def main(target: str, prefix: str, count: int, retry: bool) -> None:
     t = time.time()
     for i in range(count):
         uid = f"{prefix}-{i}"
-        d = decision(uid, *(grant(f"GPU-{g}", 10 * GIB, index=g) for g in range(GRANTS)),
-                     at=t + i)
+        d = decision(uid, *(grant(f"GPU-{g}", 10 * GIB, index=g) for g in range(GRANTS)), at=t + i)
         attempts = 0
 
         def decide(d=d) -> None:  # type: ignore[no-untyped-def]

@@ -31,8 +31,9 @@ class Recorder(ThreadingHTTPServer):
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 recorder.hosts.append(self.headers["Host"])
-                out = json.dumps({"accepted": True, "node": body["node"],
-                                  "received_at": 1.0}).encode()
+                out = json.dumps(
+                    {"accepted": True, "node": body["node"], "received_at": 1.0}
+                ).encode()
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(out)))
                 self.end_headers()
@@ -63,9 +64,11 @@ def report() -> object:
 def test_dns_name_fans_out_to_every_address(two_replicas: tuple[int, list[Recorder]]) -> None:
     port, replicas = two_replicas
     addresses = ["127.0.0.1", "127.0.0.2"]
-    sender = ReportSender(f"http://extenders.headroom.test:{port}",
-                          metrics=AgentMetrics(CollectorRegistry()),
-                          resolve=lambda host: list(addresses))
+    sender = ReportSender(
+        f"http://extenders.headroom.test:{port}",
+        metrics=AgentMetrics(CollectorRegistry()),
+        resolve=lambda host: list(addresses),
+    )
     try:
         assert sender.send(report(), budget_s=5) is not None  # type: ignore[arg-type]
         assert [r.hosts for r in replicas] == [[f"extenders.headroom.test:{port}"]] * 2
@@ -79,8 +82,12 @@ def test_dns_name_fans_out_to_every_address(two_replicas: tuple[int, list[Record
 def test_one_replica_down_still_delivers(two_replicas: tuple[int, list[Recorder]]) -> None:
     port, replicas = two_replicas
     metrics = AgentMetrics(CollectorRegistry())
-    sender = ReportSender(f"http://127.0.0.1:{port},http://127.0.0.3:{free_port()}",
-                          metrics=metrics, max_attempts=2, backoff_initial_s=0.01)
+    sender = ReportSender(
+        f"http://127.0.0.1:{port},http://127.0.0.3:{free_port()}",
+        metrics=metrics,
+        max_attempts=2,
+        backoff_initial_s=0.01,
+    )
     try:
         assert sender.send(report(), budget_s=2) is not None  # type: ignore[arg-type]
         assert len(replicas[0].hosts) == 1
@@ -108,8 +115,7 @@ def test_both_real_extenders_learn_the_node(tmp_path: Path) -> None:
     (tmp_path / "b").mkdir()
     with running_extender(tmp_path / "a") as a, running_extender(tmp_path / "b") as b:
         token = tmp_path / "a" / "agent-token"
-        sender = ReportSender(f"{a.url},{b.url}", token,
-                              metrics=AgentMetrics(CollectorRegistry()))
+        sender = ReportSender(f"{a.url},{b.url}", token, metrics=AgentMetrics(CollectorRegistry()))
         try:
             assert sender.send(report(), budget_s=5) is not None  # type: ignore[arg-type]
         finally:

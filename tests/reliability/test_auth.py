@@ -30,8 +30,10 @@ from extender.tokenreview import NODE_NAME_EXTRA, TokenReviewer
 SHARED = "shared-secret-token-123"
 AUDIT = "audit-secret-token-456"
 AGENT_SA = "system:serviceaccount:headroom-system:headroom-agent"
-LABELS = {"node.kubernetes.io/instance-type": "g5.12xlarge",
-          "karpenter.sh/capacity-type": "on-demand"}
+LABELS = {
+    "node.kubernetes.io/instance-type": "g5.12xlarge",
+    "karpenter.sh/capacity-type": "on-demand",
+}
 
 
 def user(name: str = AGENT_SA, node: str | None = "node-a") -> Any:
@@ -51,8 +53,9 @@ class FakeApiServer:
         if isinstance(answer, Exception):
             raise answer
         if answer is None:
-            return SimpleNamespace(status=SimpleNamespace(authenticated=False, user=None,
-                                                          audiences=None))
+            return SimpleNamespace(
+                status=SimpleNamespace(authenticated=False, user=None, audiences=None)
+            )
         return SimpleNamespace(status=answer)
 
 
@@ -69,18 +72,30 @@ class Clock:
 
 
 @contextlib.contextmanager
-def served(tmp_path: Path, api: FakeApiServer, now: Clock | None = None,
-           **settings: Any) -> Iterator[tuple[httpx.Client, TokenReviewer]]:
+def served(
+    tmp_path: Path, api: FakeApiServer, now: Clock | None = None, **settings: Any
+) -> Iterator[tuple[httpx.Client, TokenReviewer]]:
     (tmp_path / "shared").write_text(SHARED + "\n")
     (tmp_path / "audit").write_text(AUDIT)
-    built = build(Settings(db=str(tmp_path / "l.db"), **settings), clock=ManualClock(),
-                  binder=InProcessBinder())
-    reviewer = TokenReviewer(api.review, "headroom", "headroom-system:headroom-agent",
-                             ttl_s=60, max_entries=2, now=now or Clock())
-    app = create_app(built.service, auth=Authenticator(TokenFile(str(tmp_path / "shared")),
-                                                        reviewer),
-                     audit_token=TokenFile(str(tmp_path / "audit")),
-                     max_nodes=settings.get("max_nodes_per_request", 50_000))
+    built = build(
+        Settings(db=str(tmp_path / "l.db"), **settings),
+        clock=ManualClock(),
+        binder=InProcessBinder(),
+    )
+    reviewer = TokenReviewer(
+        api.review,
+        "headroom",
+        "headroom-system:headroom-agent",
+        ttl_s=60,
+        max_entries=2,
+        now=now or Clock(),
+    )
+    app = create_app(
+        built.service,
+        auth=Authenticator(TokenFile(str(tmp_path / "shared")), reviewer),
+        audit_token=TokenFile(str(tmp_path / "audit")),
+        max_nodes=settings.get("max_nodes_per_request", 50_000),
+    )
     with ServerThread(app) as url, httpx.Client(base_url=url) as c:
         yield c, reviewer
     built.service.ledger.close()
@@ -120,20 +135,31 @@ def test_agent_token_reports_only_for_its_own_node(tmp_path: Path, api: FakeApiS
         assert "bound to node 'node-a'" in r.json()["detail"]
         assert "'node-b'" in r.json()["detail"]
         # a refused report changes nothing: node-b stays unknown
-        f = c.post("/filter", json={"Pod": {"metadata": {"name": "p", "uid": "u"}, "spec": {
-            "containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}]}},
-            "NodeNames": ["node-b"]}).json()
+        f = c.post(
+            "/filter",
+            json={
+                "Pod": {
+                    "metadata": {"name": "p", "uid": "u"},
+                    "spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+                },
+                "NodeNames": ["node-b"],
+            },
+        ).json()
         assert "no report" in f["FailedAndUnresolvableNodes"]["node-b"]
 
 
-@pytest.mark.parametrize(("status", "code", "why"), [
-    (ok(user(name="system:serviceaccount:default:intruder")), 403, "is not the headroom agent"),
-    (ok(user(node=None)), 403, "not bound to a pod on a node"),
-    (ok(user(), audiences=["kubernetes"]), 401, "not for audience"),
-    (SimpleNamespace(authenticated=False, user=None, audiences=None), 401, "not accepted"),
-])
-def test_agent_token_refusals(tmp_path: Path, api: FakeApiServer, status: Any, code: int,
-                              why: str) -> None:
+@pytest.mark.parametrize(
+    ("status", "code", "why"),
+    [
+        (ok(user(name="system:serviceaccount:default:intruder")), 403, "is not the headroom agent"),
+        (ok(user(node=None)), 403, "not bound to a pod on a node"),
+        (ok(user(), audiences=["kubernetes"]), 401, "not for audience"),
+        (SimpleNamespace(authenticated=False, user=None, audiences=None), 401, "not accepted"),
+    ],
+)
+def test_agent_token_refusals(
+    tmp_path: Path, api: FakeApiServer, status: Any, code: int, why: str
+) -> None:
     api.table["tok"] = status
     with served(tmp_path, api) as (c, _):
         r = post_report(c, "node-a", "tok")
@@ -187,10 +213,14 @@ def test_agents_cannot_release_pods(tmp_path: Path, api: FakeApiServer) -> None:
 def test_audit_api_token(tmp_path: Path, api: FakeApiServer) -> None:
     with served(tmp_path, api) as (c, _):
         assert c.get("/v1/allocations").status_code == 401
-        assert c.get("/v1/allocations",
-                     headers={"Authorization": f"Bearer {SHARED}"}).status_code == 401
-        assert c.get("/v1/allocations",
-                     headers={"Authorization": f"Bearer {AUDIT}"}).status_code == 200
+        assert (
+            c.get("/v1/allocations", headers={"Authorization": f"Bearer {SHARED}"}).status_code
+            == 401
+        )
+        assert (
+            c.get("/v1/allocations", headers={"Authorization": f"Bearer {AUDIT}"}).status_code
+            == 200
+        )
         assert c.get("/healthz").status_code == 200  # probes stay open
 
 
@@ -201,18 +231,22 @@ def test_audit_api_is_open_by_default(tmp_path: Path) -> None:
     built.service.ledger.close()
 
 
-def test_no_secret_in_replies_or_logs(tmp_path: Path, api: FakeApiServer,
-                                      caplog: pytest.LogCaptureFixture) -> None:
+def test_no_secret_in_replies_or_logs(
+    tmp_path: Path, api: FakeApiServer, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG)
     api.table["agent-secret-a"] = ok(user())
     api.table["intruder-secret"] = ok(user(name="system:serviceaccount:x:y"))
     bodies = []
     with served(tmp_path, api) as (c, _):
-        for token, node in [("agent-secret-a", "node-b"), ("intruder-secret", "node-a"),
-                            ("wrong-secret", "node-a"), (SHARED + "x", "node-a")]:
+        for token, node in [
+            ("agent-secret-a", "node-b"),
+            ("intruder-secret", "node-a"),
+            ("wrong-secret", "node-a"),
+            (SHARED + "x", "node-a"),
+        ]:
             bodies.append(post_report(c, node, token).text)
-        bodies.append(c.get("/v1/allocations", headers={"Authorization": "Bearer " + SHARED}
-                            ).text)
+        bodies.append(c.get("/v1/allocations", headers={"Authorization": "Bearer " + SHARED}).text)
     secrets = ["agent-secret-a", "intruder-secret", "wrong-secret", SHARED, AUDIT]
     text = "\n".join(bodies) + "\n".join(str(vars(r)) for r in caplog.records)
     assert "refused" in text  # the refusals were logged ...
@@ -231,10 +265,13 @@ def test_node_count_and_name_bounds(tmp_path: Path, api: FakeApiServer) -> None:
             assert "NodeNames[0]" in r.json()["Error"]
             r = c.post(f"/{verb}", json={"Pod": pod, "NodeNames": ["n1", ""]})
             assert r.status_code == 400 and "NodeNames[1]" in r.json()["Error"]
-        r = c.post("/preempt", json={"Pod": pod, "NodeNameToMetaVictims": {
-            f"n{i}": {"Pods": []} for i in range(11)}})
+        r = c.post(
+            "/preempt",
+            json={"Pod": pod, "NodeNameToMetaVictims": {f"n{i}": {"Pods": []} for i in range(11)}},
+        )
         assert r.status_code == 413
-        r = c.post("/bind", json={"PodName": "p" * 300, "PodNamespace": "ns", "PodUID": "u",
-                                  "Node": "n"})
+        r = c.post(
+            "/bind", json={"PodName": "p" * 300, "PodNamespace": "ns", "PodUID": "u", "Node": "n"}
+        )
         assert r.status_code == 400 and "at most 253" in r.json()["Error"]
         assert c.post("/filter", json={"Pod": pod, "NodeNames": ["n1"]}).status_code == 200

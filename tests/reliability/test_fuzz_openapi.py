@@ -39,8 +39,16 @@ def operations(api_schema: Any) -> list[Any]:
 
 def test_every_route_is_in_the_schema(api_schema: Any) -> None:
     paths = set(api_schema.raw_schema["paths"])
-    for route in ("/filter", "/prioritize", "/bind", "/preempt", "/v1/reports",
-                  "/v1/pods/{uid}/release", "/admit/pods", "/v1/allocations"):
+    for route in (
+        "/filter",
+        "/prioritize",
+        "/bind",
+        "/preempt",
+        "/v1/reports",
+        "/v1/pods/{uid}/release",
+        "/admit/pods",
+        "/v1/allocations",
+    ):
         assert route in paths
     for route in ("/filter", "/bind", "/v1/reports"):  # raw-body routes document the body
         body = api_schema.raw_schema["paths"][route]["post"]["requestBody"]
@@ -51,15 +59,18 @@ def test_every_route_is_in_the_schema(api_schema: Any) -> None:
 # schemathesis' pytest plugin (from_fixture/parametrize) does not run under pytest 9, so
 # each operation gets a hypothesis run here through schemathesis' Python API instead.
 @pytest.mark.parametrize("mode", list(schemathesis.GenerationMode))
-def test_openapi_fuzz(api_schema: Any, fuzz_app: tuple[Built, TestClient],
-                      mode: schemathesis.GenerationMode) -> None:
+def test_openapi_fuzz(
+    api_schema: Any, fuzz_app: tuple[Built, TestClient], mode: schemathesis.GenerationMode
+) -> None:
     built, _ = fuzz_app
     cases = 0
 
     for op in operations(api_schema):
+
         @given(case=op.as_strategy(generation_mode=mode))
-        @settings(max_examples=80, deadline=None, database=None,
-                  suppress_health_check=list(HealthCheck))
+        @settings(
+            max_examples=80, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+        )
         def run(case: Any) -> None:
             nonlocal cases
             cases += 1

@@ -49,9 +49,15 @@ def bind_pod(c: httpx.Client, uid: str, node: str | None = None) -> str:
         passing = r.json().get("NodeNames") or []
         if r.status_code != 200 or not passing:
             return "refused"
-        r = c.post("/bind", json={"PodName": uid, "PodNamespace": "ml", "PodUID": uid,
-                                  "Node": node or passing[int(uid.rsplit("-", 1)[1]) % len(
-                                      passing)]})
+        r = c.post(
+            "/bind",
+            json={
+                "PodName": uid,
+                "PodNamespace": "ml",
+                "PodUID": uid,
+                "Node": node or passing[int(uid.rsplit("-", 1)[1]) % len(passing)],
+            },
+        )
     except httpx.TransportError:
         return "lost"
     try:
@@ -85,8 +91,10 @@ def test_sigkill_under_binds_loses_and_doubles_nothing(tmp_path: Path) -> None:
         serve.start()
         for n in NODES:
             serve.report(n)  # agents report again; reservations come from the ledger
-        wait_for(lambda: sum(w.count("ok") for w in writers) >= before_kill + 40,
-                 "40 binds after the restart")
+        wait_for(
+            lambda: sum(w.count("ok") for w in writers) >= before_kill + 40,
+            "40 binds after the restart",
+        )
     finally:
         for w in writers:
             w.stop.set()

@@ -29,7 +29,8 @@ def test_bind_fails_cleanly_while_postgres_is_down_and_recovers(
         ext.add_node("n1")
         bind = {"PodName": "p1", "PodNamespace": "ml", "PodUID": "uid-p1", "Node": "n1"}
         assert ext.post("filter", ext.schedule_args(gpu_pod("p1", memory="4Gi"), ["n1"])).json()[
-            "NodeNames"] == ["n1"]
+            "NodeNames"
+        ] == ["n1"]
         assert ext.post("bind", bind).json()["Error"] == ""
 
         stoppable_pg.stop()
@@ -63,8 +64,9 @@ def test_bind_fails_cleanly_while_postgres_is_down_and_recovers(
         assert "" in replies
         assert all(e.startswith("ledger unavailable") for e in replies[: replies.index("")])
         with psycopg.connect(plain) as conn:
-            rows = conn.execute("SELECT count(*) FROM allocations WHERE pod_uid = 'uid-p2' "
-                                "AND ended_at IS NULL")
+            rows = conn.execute(
+                "SELECT count(*) FROM allocations WHERE pod_uid = 'uid-p2' AND ended_at IS NULL"
+            )
             assert rows.fetchone() == (1,)
         audit = [ext.client.get("/v1/allocations").status_code for _ in range(5)]
         assert 200 in audit and set(audit) <= {200, 503}

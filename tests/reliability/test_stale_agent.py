@@ -46,7 +46,10 @@ def test_prioritize_never_prefers_a_stale_node(tmp_path: Path) -> None:
         ext.add_node("chatty")
         ext.clock.advance(STALE_AFTER + 1)
         ext.report("chatty")
-        scores = {h["Host"]: h["Score"] for h in ext.post(
-            "prioritize", ext.schedule_args(gpu_pod("p2", memory="4Gi"),
-                                            ["quiet", "chatty"])).json()}
+        scores = {
+            h["Host"]: h["Score"]
+            for h in ext.post(
+                "prioritize", ext.schedule_args(gpu_pod("p2", memory="4Gi"), ["quiet", "chatty"])
+            ).json()
+        }
         assert scores["quiet"] == 0 and scores["chatty"] > 0

@@ -25,9 +25,28 @@ from tests.serveproc import ServeProc
 def make_cert(folder: Path, cn: str) -> tuple[Path, Path]:
     folder.mkdir(parents=True, exist_ok=True)
     cert, key = folder / "tls.crt", folder / "tls.key"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                    "-keyout", str(key), "-out", str(cert), "-subj", f"/CN={cn}",
-                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-subj",
+            f"/CN={cn}",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+    )
     return cert, key
 
 
@@ -45,15 +64,21 @@ def served_cn(port: int) -> str | None:
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=2) as raw, \
-                ctx.wrap_socket(raw) as tls:
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=2) as raw,
+            ctx.wrap_socket(raw) as tls,
+        ):
             der = tls.getpeercert(binary_form=True)
     except OSError:
         return None
     assert der is not None
     pem = ssl.DER_cert_to_PEM_cert(der)
-    out = subprocess.run(["openssl", "x509", "-noout", "-subject"], input=pem.encode(),
-                         capture_output=True, check=True).stdout.decode()
+    out = subprocess.run(
+        ["openssl", "x509", "-noout", "-subject"],
+        input=pem.encode(),
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
     return out.strip().rsplit("=", 1)[-1].strip()
 
 
@@ -74,9 +99,18 @@ def test_serve_waits_for_the_certificate_then_reloads_it(tmp_path: Path) -> None
     live = (tmp_path / "live" / "tls.crt", tmp_path / "live" / "tls.key")
     live[0].parent.mkdir()
     tls_port = free_port()
-    serve = ServeProc(tmp_path, str(tmp_path / "l.db"), [
-        "--tls-port", str(tls_port), "--tls-cert-file", str(live[0]),
-        "--tls-key-file", str(live[1])])
+    serve = ServeProc(
+        tmp_path,
+        str(tmp_path / "l.db"),
+        [
+            "--tls-port",
+            str(tls_port),
+            "--tls-cert-file",
+            str(live[0]),
+            "--tls-key-file",
+            str(live[1]),
+        ],
+    )
     serve.start()  # no certificate yet: plain HTTP serves, TLS waits
     try:
         assert served_cn(tls_port) is None
@@ -85,10 +119,17 @@ def test_serve_waits_for_the_certificate_then_reloads_it(tmp_path: Path) -> None
         ctx = ssl.create_default_context(cafile=str(first[0]))
         with httpx.Client(base_url=f"https://127.0.0.1:{tls_port}", verify=ctx) as c:
             assert c.get("/healthz").json() == {"status": "ok"}
-            review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                      "request": {"uid": "r1", "kind": {"kind": "Pod"}, "operation": "CREATE",
-                                  "namespace": "ml", "object": {"metadata": {"name": "p"},
-                                                                "spec": {"containers": []}}}}
+            review = {
+                "apiVersion": "admission.k8s.io/v1",
+                "kind": "AdmissionReview",
+                "request": {
+                    "uid": "r1",
+                    "kind": {"kind": "Pod"},
+                    "operation": "CREATE",
+                    "namespace": "ml",
+                    "object": {"metadata": {"name": "p"}, "spec": {"containers": []}},
+                },
+            }
             r = c.post("/admit/pods", json=review)
             assert r.status_code == 200 and r.json()["response"]["uid"] == "r1"
         install(second, live)  # rotation: no restart
@@ -115,8 +156,9 @@ def test_agent_metrics_over_tls(tmp_path: Path) -> None:
     cert, key = make_cert(tmp_path / "m", "agent-metrics")
     registry = CollectorRegistry()
     Counter("headroom_agent_test", "x", registry=registry).inc()
-    server = MetricsServer(registry, lambda: True, 0, host="127.0.0.1",
-                           tls=CertReloader(str(cert), str(key))).start()
+    server = MetricsServer(
+        registry, lambda: True, 0, host="127.0.0.1", tls=CertReloader(str(cert), str(key))
+    ).start()
     try:
         ctx = ssl.create_default_context(cafile=str(cert))
         r = httpx.get(f"https://127.0.0.1:{server.port}/metrics", verify=ctx)
