@@ -303,8 +303,11 @@ def start_server(tmp: Path, stale_after: float) -> tuple[subprocess.Popen[bytes]
         "warning",
     ]
     proc = subprocess.Popen(
-        cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=open(tmp / "serve.log", "wb")
-    )  # noqa: SIM115
+        cmd,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp / "serve.log", "wb"),  # noqa: SIM115 - the server outlives this scope
+    )
     url = f"http://127.0.0.1:{port}"
     with make_client(url) as c:
         for _ in range(300):

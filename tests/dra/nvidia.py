@@ -178,7 +178,7 @@ def allocated_claim(reserved_pods: list[tuple[str, str]]) -> dict[str, Any]:
                             "selectors": [
                                 {
                                     "cel": {
-                                        "expression": "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('20Gi')) >= 0"
+                                        "expression": "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('20Gi')) >= 0"  # noqa: E501 - a CEL expression kept whole
                                     }
                                 }
                             ],

@@ -111,7 +111,7 @@ def test_first_available_takes_the_first_subrequest_that_fits() -> None:
                         selectors=[
                             {
                                 "cel": {
-                                    "expression": "device.attributes['gpu.nvidia.com'].productName.matches('H200')"
+                                    "expression": "device.attributes['gpu.nvidia.com'].productName.matches('H200')"  # noqa: E501 - a CEL expression kept whole
                                 }
                             }
                         ]
