@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from extender.protocol import Container, Pod
-from extender.quantity import quantity_to_int, quantity_to_mib
+from extender.quantity import quantity_to_int, quantity_to_mib, shown
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"
@@ -112,7 +112,8 @@ def _memory(annotations: dict[str, str]) -> int | None:
     if text is None:
         return None
     try:
-        mib = quantity_to_mib(text)
+        # ASCII whitespace trimmed as Kubernetes trims a quantity it decodes from JSON
+        mib = quantity_to_mib(text.strip(" \t\n\r"))
     except ValueError as e:
         raise DemandError(f"annotation {ANN_MEMORY}: {e} (write e.g. '20Gi')") from None
     if mib <= 0:
@@ -127,7 +128,7 @@ def _capacity(annotations: dict[str, str]) -> CapacityPref:
             return CapacityPref(text.strip().lower())
         except ValueError:
             raise DemandError(
-                f"annotation {ANN_CAPACITY}: {text!r} is not one of spot, on-demand, any"
+                f"annotation {ANN_CAPACITY}: {shown(text)} is not one of spot, on-demand, any"
             ) from None
     if annotations.get(ANN_DO_NOT_DISRUPT, "").lower() == "true":
         return CapacityPref.ON_DEMAND

@@ -50,7 +50,9 @@ def test_missing_pod_and_bad_annotation_use_the_protocol_error(ext: Extender) ->
     assert r.status_code == 200 and r.json()["Error"] == "request has no Pod"
     bad = gpu_pod("bad", annotations={"headroom.dev/gpu-memory": "twenty"})
     err = ext.post("filter", ext.schedule_args(bad, ["n1"])).json()["Error"]
-    assert err.startswith("pod ml/bad: annotation headroom.dev/gpu-memory: not a quantity")
+    assert err.startswith(
+        "pod ml/bad: annotation headroom.dev/gpu-memory: not a Kubernetes quantity"
+    )
     assert ext.post("prioritize", {"NodeNames": ["n1"]}).status_code == 400
 
 
@@ -170,3 +172,40 @@ def test_admission_webhook_is_served_by_the_extender(ext: Extender) -> None:
     assert response["uid"] == "r1" and response["allowed"] is False
     assert "NVIDIA_VISIBLE_DEVICES" in response["status"]["message"]
     assert ext.client.post("/admit/pods", content=b"{").status_code == 400
+
+
+def _hostile(kind: str, text: str) -> dict:
+    """A pod whose ask is ``text`` in the annotation, the GPU limit or a MIG count."""
+    if kind == "annotation":
+        return gpu_pod("h", annotations={"headroom.dev/gpu-memory": text})
+    pod = gpu_pod("h")
+    resource = "nvidia.com/gpu" if kind == "gpu" else "nvidia.com/mig-1g.10gb"
+    pod["spec"]["containers"][0]["resources"] = {"limits": {resource: text}}
+    return pod
+
+
+@pytest.mark.parametrize("kind", ["annotation", "gpu", "mig"])
+@pytest.mark.parametrize("text", ["1e999999", "1e999999Gi", "9" * 5000, "\u0663Gi"])
+def test_hostile_quantities_are_refused_at_once_and_the_server_keeps_serving(
+    ext: Extender, kind: str, text: str
+) -> None:
+    """Issue 23 F1/F2: a quantity that once froze the event loop for 29 s, or answered
+    500, is a protocol error naming the field; every verb stays up meanwhile."""
+    pod = _hostile(kind, text)
+    field = {"annotation": "headroom.dev/gpu-memory", "gpu": "nvidia.com/gpu"}.get(
+        kind, "nvidia.com/mig-1g.10gb"
+    )
+    r = ext.post("filter", ext.schedule_args(pod, ["n1"]))
+    assert r.status_code == 200 and field in r.json()["Error"]
+    assert len(r.json()["Error"]) < 400  # the input is quoted short, never whole
+    for verb in ("prioritize", "preempt"):
+        args = (
+            ext.schedule_args(pod, ["n1"])
+            if verb == "prioritize"
+            else {"Pod": pod, "NodeNameToMetaVictims": {"n1": {"Pods": []}}}
+        )
+        r = ext.post(verb, args)
+        assert r.status_code < 500, r.text
+        assert r.status_code == 400 and field in r.json()["Error"]
+    assert ext.client.get("/healthz").status_code == 200
+    still_serving(ext)

@@ -20,7 +20,7 @@ from typing import Any
 import re2
 
 from extender.dra.celfuncs import compile_re2, re2_message
-from extender.dra.kquantity import parse_k8s_quantity
+from extender.quantity import parse_quantity
 
 API_VERSION = "resource.k8s.io/v1"
 DRIVER = "gpu.nvidia.com"
@@ -129,7 +129,7 @@ def device_class(name: str = DRIVER, extended_resource_name: str | None = None) 
 
 def _check_memory(memory: str) -> None:
     try:
-        value = parse_k8s_quantity(memory)
+        value = parse_quantity(memory)
     except ValueError as e:
         raise ValueError(f"--memory: {e}") from None
     if value <= 0:
