@@ -127,4 +127,12 @@ class AlreadyAllocated(Exception):
 
 
 class LedgerUnavailable(Exception):
-    """The ledger database cannot be written now; binds must fail cleanly."""
+    """The ledger database cannot be written now; binds must fail cleanly.
+
+    ``maybe_written``: the failure came at or after COMMIT, so the write may have reached
+    the database although its acknowledgement did not reach us (a caller that holds
+    memory for it keeps holding it until the ledger can be asked)."""
+
+    def __init__(self, message: str, maybe_written: bool = False) -> None:
+        super().__init__(message)
+        self.maybe_written = maybe_written

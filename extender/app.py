@@ -51,7 +51,7 @@ def build(settings: Settings, clock: Clock | None = None, binder: Binder | None 
     if settings.kubeconfig or settings.in_cluster:
         api = api_client(settings.kubeconfig)
         binder = binder or KubeBinder(api)
-    ledger = open_ledger(settings.db, clock)
+    ledger = open_ledger(settings.db, clock, timeout_s=settings.ledger_timeout)
     inventory = Inventory(load_pricebook(settings.price_file, settings.spot_discount))
     config = ServiceConfig(
         stale_after=settings.stale_after,
@@ -60,6 +60,7 @@ def build(settings: Settings, clock: Clock | None = None, binder: Binder | None 
         narrow_epsilon=settings.narrow_epsilon if settings.narrowing else None,
         refresh_shapes=settings.refresh_shapes,
         refresh_window=settings.refresh_window,
+        bind_wait=settings.bind_wait,
     )
     service = SchedulingService(
         inventory,

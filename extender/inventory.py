@@ -141,20 +141,28 @@ class Inventory:
             self._nodes.pop(name, None)
             self._touch(name)
 
-    def reserve(self, grants: list[Grant]) -> None:
+    def reserve(self, grants: list[Grant]) -> bool:
+        """Hold the grants' memory for their pod. A pod's reservation is never replaced:
+        False (and nothing changed) when the pod already holds one."""
         if not grants:
-            return
+            return True
         with self._lock:
             uid = grants[0].pod_uid
-            self._release_locked(uid)
+            if uid in self._grants:
+                return False
             self._grants[uid] = list(grants)
             for g in grants:
                 self._reserved[g.gpu_uuid] += g.memory_mib
                 self._pods_on[g.node].add(uid)
             self._touch_nodes({g.node for g in grants})
+        return True
 
-    def release(self, pod_uid: str) -> list[Grant]:
+    def release(self, pod_uid: str, only: list[Grant] | None = None) -> list[Grant]:
+        """Free the pod's reservation; with ``only``, just if it is still those grants, so
+        a call that failed never frees what another call reserved for the same pod."""
         with self._lock:
+            if only is not None and self._grants.get(pod_uid) != only:
+                return []
             return self._release_locked(pod_uid)
 
     def _release_locked(self, pod_uid: str) -> list[Grant]:

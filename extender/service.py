@@ -34,6 +34,7 @@ from extender.dra.feasibility import DeviceKey, claim_fits, current_devices, dev
 from extender.dra.ingest import decisions_from_claim
 from extender.dra.state import DraState
 from extender.hotshapes import HotShapes
+from extender.inflight import InFlight
 from extender.inventory import Grant, Inventory
 from extender.ledger.base import Ledger
 from extender.ledger_writer import LedgerWriter
@@ -88,6 +89,9 @@ class ServiceConfig:
     narrow_epsilon: float | None = None  # None: filter passes every fitting node
     refresh_shapes: int = 2  # plans brought up to date after a report or bind (hotshapes)
     refresh_window: float = 10.0  # ... for the shapes filtered within this many seconds
+    # a second bind of a pod waits this long for the first (below the scheduler's 5 s
+    # extender httpTimeout, so the wait itself is answered before the scheduler gives up)
+    bind_wait: float = 4.0
 
 
 def pod_ref(pod: Pod) -> PodRef:
@@ -140,6 +144,10 @@ class SchedulingService:
         self._last_scores: tuple[NameList, Ints, msgspec.Raw] | None = None  # _scores_reply
         self._last_passing: Sequence[str] | None = None  # see _evaluated_outcome
         self.hot = HotShapes(config.refresh_shapes, config.refresh_window)  # see refresh
+        self._binding = InFlight()  # one bind per pod at a time (extender/inflight.py)
+        # pods whose reservation is held although the ledger's answer was lost: the next
+        # bind of the pod asks the ledger what happened before doing anything else
+        self._unsettled: set[str] = set()
 
     # --- startup -----------------------------------------------------------------------
 
@@ -544,6 +552,20 @@ class SchedulingService:
     # --- bind ----------------------------------------------------------------------------
 
     def bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
+        """Bind a pod: idempotent by UID across retries and concurrent calls. A second call
+        for a pod waits for the first and then sees its outcome; the ledger row and the
+        reservation exist together or not at all."""
+        if not self._binding.enter(args.PodUID, self.config.bind_wait):
+            return ExtenderBindingResult(
+                Error=f"pod {args.PodNamespace}/{args.PodName}: an earlier bind of this pod "
+                "is still running; the scheduler will retry"
+            )
+        try:
+            return self._bind(args)
+        finally:
+            self._binding.leave(args.PodUID)
+
+    def _bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
         seen = self.pods.get(args.PodUID) or self._look_up(args.PodUID)
         if seen is None:
             return ExtenderBindingResult(
@@ -552,6 +574,9 @@ class SchedulingService:
             )
         if seen.demand.count == 0:
             return self._bind_only(args, {})
+        unsettled = self._settle(args.PodUID)
+        if unsettled:
+            return ExtenderBindingResult(Error=unsettled)
         existing = self.inventory.grants_of(args.PodUID)
         if existing:
             if existing[0].node != args.Node:
@@ -568,6 +593,21 @@ class SchedulingService:
         except _BindRefused as e:
             return ExtenderBindingResult(Error=str(e))
         return self._record_and_bind(args, decision, grants)
+
+    def _settle(self, uid: str) -> str:
+        """For a pod whose last ledger write had no clear answer, ask the ledger: a row
+        means the grant stands (the reservation is kept and the bind goes on as a retry);
+        none means it never happened (the reservation is freed). "" when settled."""
+        if uid not in self._unsettled:
+            return ""
+        try:
+            recorded = any(a.ended_at is None for a in self.ledger.for_pod(uid))
+        except Exception as e:
+            return f"ledger unavailable, bind refused: {e}"
+        if not recorded:
+            self.inventory.release(uid)
+        self._unsettled.discard(uid)
+        return ""
 
     def _look_up(self, uid: str) -> SeenPod | None:
         pod = self.pod_lookup(uid)
@@ -601,32 +641,39 @@ class SchedulingService:
                 )
                 for g in decision.grants
             ]
-            self.inventory.reserve(grants)
+            if not self.inventory.reserve(grants):  # bind holds the pod's turn: cannot be
+                raise _BindRefused(f"pod {seen.ref.uid} already holds a reservation")
         return decision, grants
 
     def _record_and_bind(
         self, args: ExtenderBindingArgs, decision: Decision, grants: list[Grant]
     ) -> ExtenderBindingResult:
+        uid = args.PodUID
         try:
             self.ledger.record_decision(decision)
-        except AlreadyAllocated as e:
-            self.inventory.release(args.PodUID)
+        except AlreadyAllocated as e:  # another replica recorded this pod: ours goes
+            self.inventory.release(uid, only=grants)
             return ExtenderBindingResult(Error=str(e))
-        except (LedgerUnavailable, Exception) as e:
-            self.inventory.release(args.PodUID)
-            log.error("ledger write failed", extra={"pod": args.PodUID, "error": str(e)})
+        except Exception as e:
+            if isinstance(e, LedgerUnavailable) and not e.maybe_written:
+                self.inventory.release(uid, only=grants)  # nothing reached the database
+            else:  # it may have committed with its answer lost: the memory stays held
+                self._unsettled.add(uid)  # until the pod's next bind asks (_settle)
+            log.error("ledger write failed", extra={"pod": uid, "error": str(e)})
             return ExtenderBindingResult(Error=f"ledger unavailable, bind refused: {e}")
         result = self._bind_only(args, _annotations(grants))
         SCHEDULING.binds.labels("failed" if result.Error else "bound").inc()
         now = self.clock.now()
         try:
             if result.Error:
-                self.inventory.release(args.PodUID)
-                self.ledger.fail_bind(args.PodUID, now, result.Error)
+                self.ledger.fail_bind(uid, now, result.Error)
+                self.inventory.release(uid, only=grants)
             else:
-                self.ledger.mark_bound(args.PodUID, now)
+                self.ledger.mark_bound(uid, now)
         except Exception as e:
-            log.error("ledger status update failed", extra={"pod": args.PodUID, "error": str(e)})
+            if result.Error:  # the row may still be active: hold its memory, settle later
+                self._unsettled.add(uid)
+            log.error("ledger status update failed", extra={"pod": uid, "error": str(e)})
         return result
 
     def _bind_only(
@@ -660,10 +707,17 @@ class SchedulingService:
         """The pod ended (or was deleted): end its ledger rows, then free its reservations.
 
         In that order: if the ledger cannot be written the reservation stays, so memory
-        still held on paper is never handed out twice; the caller retries."""
-        ended = self.ledger.release(pod_uid, self.clock.now(), reason)
-        self.inventory.release(pod_uid)
-        self.pods.pop(pod_uid)
+        still held on paper is never handed out twice; the caller retries. A bind of the
+        pod still running is waited for (bounded), so it cannot record after the end."""
+        turn = self._binding.enter(pod_uid, self.config.bind_wait)
+        try:
+            ended = self.ledger.release(pod_uid, self.clock.now(), reason)
+            self.inventory.release(pod_uid)
+            self._unsettled.discard(pod_uid)
+            self.pods.pop(pod_uid)
+        finally:
+            if turn:
+                self._binding.leave(pod_uid)
         forget = getattr(self.binder, "forget", None)
         if forget is not None:
             forget(pod_uid)
@@ -676,6 +730,7 @@ class SchedulingService:
         """The Node object is gone (consolidation, spot interruption): end its grants."""
         for uid in {g.pod_uid for g in self.inventory.grants_on_node(node)}:
             self.inventory.release(uid)
+            self._unsettled.discard(uid)
         self.inventory.remove_node(node)
         self._recorded_nodes.pop(node, None)
         now = self.clock.now()

@@ -14,6 +14,11 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(8888, ge=0, le=65535)
     db: str = "headroom.db"  # SQLite path or postgresql:// DSN
+    # every wait on the ledger database (connect, statement, lock, SQLite busy) and the
+    # wait of a pod's second bind for its first: both below kube-scheduler's 5 s extender
+    # httpTimeout, so a bind answers an Error before the scheduler gives up on it
+    ledger_timeout: float = Field(3.0, gt=0, le=60)
+    bind_wait: float = Field(4.0, gt=0, le=60)
     policy: str = "headroom"
     # filter passes only fitting nodes within epsilon of the best blended score, so the
     # scheduler's integer rounding and random tie-breaks cannot undo the order

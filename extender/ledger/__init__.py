@@ -18,10 +18,14 @@ def is_dsn(target: str) -> bool:
     return target.startswith(("postgresql://", "postgres://"))
 
 
-def open_ledger(target: str, clock: Clock, hooks: Hooks | None = None) -> Ledger:
+def open_ledger(
+    target: str, clock: Clock, hooks: Hooks | None = None, timeout_s: float = 3.0
+) -> Ledger:
     """Open (and migrate) the ledger at ``target``; raises ``LedgerUnavailable``.
 
     ``hooks`` default to the process metrics (``extender.metrics.METRICS``).
+    ``timeout_s`` bounds each wait on the database (connect, statement, lock, SQLite's
+    busy wait): a bind must answer before kube-scheduler's 5 s extender timeout.
     """
     del clock  # writes carry their own timestamps; kept for the stable signature
     if hooks is None:
@@ -31,10 +35,10 @@ def open_ledger(target: str, clock: Clock, hooks: Hooks | None = None) -> Ledger
     if is_dsn(target):
         from extender.ledger.postgres import PostgresDialect  # psycopg only when used
 
-        return SqlLedger(PostgresDialect(target), hooks)
+        return SqlLedger(PostgresDialect(target, timeout_s=timeout_s), hooks)
     from extender.ledger.sqlite import SqliteDialect
 
-    return SqlLedger(SqliteDialect(target), hooks)
+    return SqlLedger(SqliteDialect(target, busy_timeout_s=timeout_s), hooks)
 
 
 def chargeback_report(

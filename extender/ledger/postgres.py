@@ -5,6 +5,11 @@ conflicting writes queue on it instead of failing, the one-active-allocation che
 runs under it, and the partial unique index backs it. Migrations take a transaction
 advisory lock because ``chain_head`` may not exist yet.
 
+Every wait is bounded (``timeout_s``, 3 s by default: below kube-scheduler's 5 s
+extender timeout): connect, each statement, each lock wait. A server that stops
+answering altogether (frozen, not refusing) is not bounded by these: the server enforces
+statement_timeout, and TCP keepalive only notices a peer whose kernel is gone.
+
 Any connection-level failure (server down, restarted, network) raises
 ``LedgerUnavailable`` and drops the thread's connection, so the next call reconnects.
 A commit whose acknowledgement was lost is ambiguous: a retried ``record_decision``
@@ -37,9 +42,9 @@ class PostgresDialect:
     name = "postgresql"
     types = TYPES
 
-    def __init__(self, dsn: str, connect_timeout_s: int = 5) -> None:
+    def __init__(self, dsn: str, timeout_s: float = 3.0) -> None:
         self.dsn = dsn
-        self.connect_timeout_s = connect_timeout_s
+        self.timeout_s = timeout_s
         self._local = threading.local()
         self._all: list[psycopg.Connection] = []
         self._lock = threading.Lock()
@@ -51,9 +56,21 @@ class PostgresDialect:
             return conn
         if self._closed:
             raise LedgerUnavailable("ledger is closed")
+        ms = max(1, int(self.timeout_s * 1000))
         try:
             conn = psycopg.connect(
-                self.dsn, autocommit=True, connect_timeout=self.connect_timeout_s
+                self.dsn,
+                autocommit=True,
+                connect_timeout=max(2, round(self.timeout_s)),  # libpq: whole s, 2 at least
+                # server-side bounds on each statement and each lock wait; a held row lock
+                # or a slow query fails the bind in time instead of hanging it
+                options=f"-c statement_timeout={ms} -c lock_timeout={ms}",
+                # a peer that vanished is noticed in seconds, not after the kernel's hours
+                keepalives=1,
+                keepalives_idle=5,
+                keepalives_interval=2,
+                keepalives_count=2,
+                tcp_user_timeout=ms,
             )
         except psycopg.Error as exc:
             raise LedgerUnavailable(f"postgresql: cannot connect: {exc}") from exc
@@ -70,19 +87,21 @@ class PostgresDialect:
     @contextmanager
     def _tx(self, lock_sql: str) -> Iterator[psycopg.Connection]:
         conn = self._conn()
+        committing = False  # past the body: a failure now may follow a commit
         try:
             with conn.transaction():
                 conn.execute(lock_sql)
                 yield conn
+                committing = True
         except psycopg.errors.UniqueViolation as exc:
             raise UniqueConflict(str(exc)) from exc
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             self._drop(conn)
-            raise LedgerUnavailable(f"postgresql: {exc}") from exc
+            raise LedgerUnavailable(f"postgresql: {exc}", maybe_written=committing) from exc
         except psycopg.DatabaseError as exc:
             if conn.broken or conn.closed:
                 self._drop(conn)
-            raise LedgerUnavailable(f"postgresql: {exc}") from exc
+            raise LedgerUnavailable(f"postgresql: {exc}", maybe_written=committing) from exc
 
     def write(self) -> AbstractContextManager[psycopg.Connection]:
         return self._tx("SELECT seq FROM chain_head WHERE id = 1 FOR UPDATE")

@@ -4,7 +4,8 @@ Each thread gets its own connection (autocommit mode, explicit transactions). Wr
 use ``BEGIN IMMEDIATE`` so the write lock is taken up front — two writers never
 both read and then both try to upgrade (which SQLite resolves by failing one with
 SQLITE_BUSY mid-transaction). ``busy_timeout`` makes a waiting writer sleep-retry
-instead of failing; past it the write raises ``LedgerUnavailable``.
+instead of failing; past it (3 s by default, below kube-scheduler's 5 s extender timeout)
+the write raises ``LedgerUnavailable`` and the bind answers an error in time.
 ``synchronous=FULL``: a commit has reached the disk before ``record_decision``
 returns, so a crash or power loss cannot un-make a Binding's record.
 """
@@ -27,7 +28,7 @@ class SqliteDialect:
     name = "sqlite"
     types = TYPES
 
-    def __init__(self, path: str, busy_timeout_s: float = 30.0, synchronous: str = "FULL") -> None:
+    def __init__(self, path: str, busy_timeout_s: float = 3.0, synchronous: str = "FULL") -> None:
         self.path = path
         self.busy_timeout_s = busy_timeout_s
         self.synchronous = synchronous
@@ -66,15 +67,18 @@ class SqliteDialect:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
             raise LedgerUnavailable(f"sqlite {self.path}: cannot begin write: {exc}") from exc
+        committing = False  # past the body: a failure now may follow a commit
         try:
             yield conn
+            committing = True
             conn.execute("COMMIT")
         except BaseException as exc:
             _rollback(conn)
             if isinstance(exc, sqlite3.IntegrityError):
                 raise UniqueConflict(str(exc)) from exc
             if isinstance(exc, sqlite3.Error):
-                raise LedgerUnavailable(f"sqlite {self.path}: {exc}") from exc
+                message = f"sqlite {self.path}: {exc}"
+                raise LedgerUnavailable(message, maybe_written=committing) from exc
             raise
 
     @contextmanager
