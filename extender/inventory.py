@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import msgspec
@@ -76,13 +77,20 @@ def _mig_units(g: GpuReport) -> list[MeasuredGpu]:
     ]
 
 
+class ReportRefused(ValueError):
+    """An agent report that would corrupt another node's state; the message says why."""
+
+
 class Inventory:
     def __init__(self, pricebook: PriceBook) -> None:
         self._pricebook = pricebook
         self._nodes: dict[str, _Node] = {}
         self._grants: dict[str, list[Grant]] = {}  # pod uid -> its grants
         self._pods_on: dict[str, set[str]] = defaultdict(set)  # node -> pod uids with grants
-        self._reserved: dict[str, int] = defaultdict(int)  # gpu uuid -> MiB reserved
+        # (node, gpu uuid) -> MiB reserved: keyed by node too, so a report that names
+        # another node's GPU cannot shrink that node's headroom
+        self._reserved: dict[tuple[str, str], int] = defaultdict(int)
+        self._owner: dict[str, str] = {}  # gpu uuid (MIG: its parent's) -> node reporting it
         self._lock = threading.RLock()
         self._seq = 0
         self._columns = NodeColumns()
@@ -101,9 +109,14 @@ class Inventory:
                 node.facts, node.facts_from_report = facts, False
                 self._touch(facts.name)
 
-    def apply_report(self, report: NodeReport, received_at: float) -> None:
+    def apply_report(
+        self, report: NodeReport, received_at: float, stale_after: float = float("inf")
+    ) -> None:
+        """Take a node's measurements. A GPU belongs to one node: a report naming a GPU
+        that another node reported within ``stale_after`` is refused (ReportRefused)."""
         gpus = measured_gpus(report)
         with self._lock:
+            self._claim_gpus(report.node, gpus, received_at - stale_after)
             node = self._nodes.get(report.node)
             if node is None:
                 node = self._nodes[report.node] = _Node(
@@ -122,6 +135,31 @@ class Inventory:
             else:
                 self._columns.set_received(report.node, received_at)
 
+    def _claim_gpus(self, name: str, gpus: tuple[MeasuredGpu, ...], fresh_since: float) -> None:
+        physical = {g.parent_uuid or g.uuid for g in gpus}
+        for uuid in physical:
+            owner = self._owner.get(uuid)
+            if owner is None or owner == name:
+                continue
+            other = self._nodes.get(owner)
+            seen = other.received_at if other is not None else None
+            if other is not None and seen is not None and seen >= fresh_since:
+                raise ReportRefused(
+                    f"GPU {uuid[:48]} is reported by node {owner!r}; a GPU belongs to one "
+                    f"node, so this report for {name!r} is refused"
+                )
+        self._disown(name, keep=physical)
+        for uuid in physical:
+            self._owner[uuid] = name
+
+    def _disown(self, name: str, keep: Collection[str] = ()) -> None:
+        """Forget which GPUs the node's last report named (other than ``keep``)."""
+        node = self._nodes.get(name)
+        for g in node.gpus if node is not None else ():
+            uuid = g.parent_uuid or g.uuid
+            if uuid not in keep and self._owner.get(uuid) == name:
+                del self._owner[uuid]
+
     def set_draining(self, name: str, draining: bool) -> None:
         """Karpenter's NodeClaim for this node is being deleted: no new GPU pods."""
         with self._lock:
@@ -138,6 +176,7 @@ class Inventory:
 
     def remove_node(self, name: str) -> None:
         with self._lock:
+            self._disown(name)
             self._nodes.pop(name, None)
             self._touch(name)
 
@@ -152,7 +191,7 @@ class Inventory:
                 return False
             self._grants[uid] = list(grants)
             for g in grants:
-                self._reserved[g.gpu_uuid] += g.memory_mib
+                self._reserved[g.node, g.gpu_uuid] += g.memory_mib
                 self._pods_on[g.node].add(uid)
             self._touch_nodes({g.node for g in grants})
         return True
@@ -173,11 +212,11 @@ class Inventory:
                 pods.discard(pod_uid)
                 if not pods:
                     del self._pods_on[g.node]
-            left = self._reserved[g.gpu_uuid] - g.memory_mib
+            left = self._reserved[g.node, g.gpu_uuid] - g.memory_mib
             if left > 0:
-                self._reserved[g.gpu_uuid] = left
+                self._reserved[g.node, g.gpu_uuid] = left
             else:
-                self._reserved.pop(g.gpu_uuid, None)
+                self._reserved.pop((g.node, g.gpu_uuid), None)
         self._touch_nodes({g.node for g in grants})
         return grants
 
@@ -260,8 +299,8 @@ class Inventory:
                 index=g.index,
                 model=g.model,
                 total_mib=g.total_mib,
-                committed_mib=max(g.used_mib, self._reserved.get(g.uuid, 0)),
-                reserved_mib=self._reserved.get(g.uuid, 0),
+                committed_mib=max(g.used_mib, self._reserved.get((name, g.uuid), 0)),
+                reserved_mib=self._reserved.get((name, g.uuid), 0),
                 mig_profile=g.mig_profile,
             )
             for g in node.gpus

@@ -29,6 +29,7 @@ from extender import __version__
 from extender.allocation import LedgerUnavailable
 from extender.audit import audit_router
 from extender.auth import Authenticator, TokenFile, bearer
+from extender.inventory import ReportRefused
 from extender.metrics import metrics_response
 from extender.namelists import ArgsDecoder, NameList
 from extender.protocol import (
@@ -378,6 +379,7 @@ def create_app(
             **_responses(ReportResponse, components),
             401: {"description": "no or wrong credential"},
             403: {"description": "the credential may not report for this node"},
+            409: {"description": "the report names a GPU that another node reports"},
         },
     )
     async def reports(request: Request, who: Identity = Depends(writer)) -> Response:  # noqa: B008
@@ -401,7 +403,11 @@ def create_app(
                 },
                 status_code=403,
             )
-        response = service.report(report)  # type: ignore[arg-type]
+        try:
+            response = service.report(report)  # type: ignore[arg-type]
+        except ReportRefused as e:  # another node's GPU: refused, nothing applied
+            log.warning("report refused", extra={"node": node, "reason": str(e)})
+            return JSONResponse({"detail": f"conflict: {e}"}, status_code=409)
         collect_due()  # reports leave most of what stays alive: collected here
         # once the agent has its answer: the plans of the shapes scheduled lately
         return Response(

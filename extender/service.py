@@ -834,7 +834,7 @@ class SchedulingService:
 
     def report(self, report: NodeReport) -> ReportResponse:
         now = self.clock.now()
-        self.inventory.apply_report(report, now)
+        self.inventory.apply_report(report, now, self.config.stale_after)
         grants = self.inventory.grants_on_node(report.node)
         # usage is folded into the rows of granted (pod, GPU) pairs only: anything else
         # is a leak, found below, and a write for it would change nothing
