@@ -11,6 +11,8 @@ Unix seconds from the *agent's* clock; the extender never trusts them for stalen
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
 
 SCHEMA_V1 = "headroom.dev/report/v1"
@@ -21,6 +23,12 @@ MAX_PROCESSES_PER_GPU = 4096
 MAX_MIG_PER_GPU = 16
 MAX_STRING = 256
 MAX_REPORT_BYTES = 4 * 1024 * 1024
+MAX_LABELS = 512  # a node carries tens of labels; Node Feature Discovery adds hundreds
+
+# Every string an agent sends is bounded at decode time (a 3 MB label once grew the
+# ledger by 4 MB a report): msgspec refuses a longer one, naming its path.
+Text = Annotated[str, msgspec.Meta(max_length=MAX_STRING)]
+Labels = Annotated[dict[Text, Text], msgspec.Meta(max_length=MAX_LABELS)]
 
 
 class ProcessReport(msgspec.Struct, omit_defaults=True):
@@ -28,17 +36,17 @@ class ProcessReport(msgspec.Struct, omit_defaults=True):
 
     pid: int
     used_mib: int | None = None  # NVML usedGpuMemory may be unavailable
-    pod_uid: str | None = None  # None: the PID could not be mapped to a pod
-    container_id: str | None = None
+    pod_uid: Text | None = None  # None: the PID could not be mapped to a pod
+    container_id: Text | None = None
     sm_util: float | None = None  # per-process SM utilisation, when NVML has samples
-    unmapped_reason: str | None = None  # why pod_uid is None (e.g. "not a kubepods cgroup")
+    unmapped_reason: Text | None = None  # why pod_uid is None (e.g. "not a kubepods cgroup")
 
 
 class MigReport(msgspec.Struct, omit_defaults=True):
     """One MIG instance on a MIG-enabled GPU."""
 
-    uuid: str
-    profile: str  # e.g. "1g.10gb"
+    uuid: Text
+    profile: Text  # e.g. "1g.10gb"
     memory_total_mib: int
     memory_used_mib: int
     gpu_instance_id: int | None = None
@@ -49,15 +57,15 @@ class MigReport(msgspec.Struct, omit_defaults=True):
 class GpuReport(msgspec.Struct, omit_defaults=True):
     """One physical GPU."""
 
-    uuid: str
+    uuid: Text
     index: int
-    model: str
+    model: Text
     memory_total_mib: int
     memory_used_mib: int
     memory_reserved_mib: int | None = None  # NVML v2 memory info: driver/firmware reserve
     utilization_gpu: float | None = None  # device utilisation %, absent on MIG
     healthy: bool = True
-    health_reason: str | None = None
+    health_reason: Text | None = None
     mig_enabled: bool = False
     mig: list[MigReport] = msgspec.field(default_factory=list)
     processes: list[ProcessReport] = msgspec.field(default_factory=list)
@@ -66,16 +74,16 @@ class GpuReport(msgspec.Struct, omit_defaults=True):
 class NodeReport(msgspec.Struct, omit_defaults=True):
     """What one node's agent measured at ``sampled_at``."""
 
-    node: str
+    node: Text
     sampled_at: float
     gpus: list[GpuReport]
-    schema: str = SCHEMA_V1
-    agent_version: str = ""
-    driver: str = ""  # "nvml" | "simulated"
-    driver_version: str | None = None
+    schema: Text = SCHEMA_V1
+    agent_version: Text = ""
+    driver: Text = ""  # "nvml" | "simulated"
+    driver_version: Text | None = None
     # Node labels as the agent sees them; used only in standalone mode (no cluster)
     # when the scheduler sends node names and no Node object was ever seen.
-    labels: dict[str, str] = msgspec.field(default_factory=dict)
+    labels: Labels = msgspec.field(default_factory=dict)
 
 
 class PodGrant(msgspec.Struct, omit_defaults=True):

@@ -85,3 +85,23 @@ def test_inventory_refuses_before_applying_anything() -> None:
     else:
         raise AssertionError("a second node's report of GPU-X was accepted")
     assert inv.view("n2") is None  # nothing of the refused report was applied
+
+
+def test_every_report_string_is_bounded(tmp_path: Path) -> None:
+    """Issue 23 F9: a 3 MB instance-type label changing every report grew the ledger from
+    0.1 to 39 MB in 10 reports. Now any report string over 256 characters is refused."""
+    with running_extender(tmp_path) as ext:
+        ext.add_node("n1", "1xA10G:24Gi")
+        for mutate in (
+            lambda r: r["labels"].update({"node.kubernetes.io/instance-type": "x" * 3_000_000}),
+            lambda r: r["labels"].update({"k" * 300: "v"}),
+            lambda r: r["labels"].update({f"l{i}": "v" for i in range(600)}),
+            lambda r: r.update({"agent_version": "v" * 1000}),
+            lambda r: r["gpus"][0].update({"health_reason": "h" * 1000}),
+        ):
+            report = _report_as(ext, "n1", "n1")
+            mutate(report)
+            r = ext.client.post("/v1/reports", content=msgspec.json.encode(report))
+            assert r.status_code == 422 and "invalid report" in r.json()["detail"]
+            assert len(r.text) < 1000  # the refusal does not echo the input
+        assert ext.report("n1").status_code == 200
