@@ -49,8 +49,8 @@ def _consistent(ext: Extender) -> dict[str, int]:
     for uid, rows in active.items():
         held = [(g.gpu_uuid, g.memory_mib) for g in service.inventory.grants_of(uid)]
         assert sorted(held) == sorted(rows), uid
-        for gpu, mib in rows:
-            per_gpu[gpu] = per_gpu.get(gpu, 0) + mib
+        for uuid, mib in rows:
+            per_gpu[uuid] = per_gpu.get(uuid, 0) + mib
     for node in service.inventory.node_names():
         view = service.inventory.view(node)
         assert view is not None
