@@ -38,8 +38,7 @@ ENV PATH=/opt/headroom/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     HOME=/tmp \
-    MPLCONFIGDIR=/tmp/matplotlib \
-    NUMBA_CACHE_DIR=/tmp/numba
+    MPLCONFIGDIR=/tmp/matplotlib
 # 65532: the conventional "nonroot" uid/gid; numeric, so Kubernetes' runAsNonRoot can
 # check it without a passwd entry.
 USER 65532:65532

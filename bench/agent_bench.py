@@ -34,8 +34,8 @@ from drivers.attribution import Attributor, CachedAttributor
 from drivers.cgroup import ProcAttributor
 from drivers.metrics import AgentMetrics
 from drivers.simulated import SimulatedDriver
-from extender.clock import SystemClock
-from extender.reports import PodGrant, ReportResponse
+from extender.wire.clock import SystemClock
+from extender.wire.report import PodGrant, ReportResponse
 
 MODES = ("simulated", "cgroup", "cgroup-cached")
 

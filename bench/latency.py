@@ -3,7 +3,9 @@ from a real HTTP client over loopback to ``headroom serve`` in its own process, 
 the floor (a trivial endpoint on the same server receiving the same bodies).
 
     .venv/bin/python bench/latency.py [--sizes 100,1000,5000] [--requests 1000] \
-        [--client httpx|lean|go] [--slowest N] [--out docs/bench-latency.md]
+        [--modes NodeNames,Nodes] [--client httpx|lean|go] [--floor trivial|parse] \
+        [--slowest N] \
+        [--out docs/bench-latency.md]
 
 The floor reads the same request body and answers with a prepared body of the same size
 as the reply it is compared with (in Nodes mode the filter must send the passing Node
@@ -48,9 +50,9 @@ from bench.goclient import GoClient  # noqa: E402
 from bench.leanclient import LeanClient  # noqa: E402
 from drivers.agent import build_report  # noqa: E402
 from drivers.simulated import SimulatedDriver  # noqa: E402
-from extender.clock import SystemClock  # noqa: E402
 from extender.httpclient import make_client  # noqa: E402
 from extender.simulate.server_thread import free_port  # noqa: E402
+from extender.wire.clock import SystemClock  # noqa: E402
 
 NODE = json.loads((ROOT / "tests/fixtures/node_g5_12xlarge.json").read_text())
 
@@ -159,8 +161,8 @@ class HttpPairs:
     encoded before the clock starts, replies read after it stops; the floor gets the very
     same bodies and answers with as many bytes as each reply had."""
 
-    def __init__(self, client: Any) -> None:
-        self.client, self.nodes = client, None
+    def __init__(self, client: Any, floor_path: str = "/floor") -> None:
+        self.client, self.nodes, self.floor_path = client, None, floor_path
         self._last: tuple[bytes, int, bytes, int] = (b"", 2, b"", 2)
 
     def load(self, nodes: dict[str, Any] | None) -> None:
@@ -177,8 +179,8 @@ class HttpPairs:
     def floor(self) -> float:
         first, first_reply, second, second_reply = self._last
         return (
-            timed(self.client, "/floor", first, first_reply)[0]
-            + timed(self.client, "/floor", second, second_reply)[0]
+            timed(self.client, self.floor_path, first, first_reply)[0]
+            + timed(self.client, self.floor_path, second, second_reply)[0]
         )
 
 
@@ -299,6 +301,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="100,1000,5000")
     ap.add_argument("--requests", type=int, default=1000)
     ap.add_argument("--nodes-mode-requests", type=int, default=200)
+    ap.add_argument("--modes", default="NodeNames,Nodes", help="which of NodeNames,Nodes")
     ap.add_argument("--out")
     ap.add_argument(
         "--client",
@@ -307,6 +310,13 @@ def main() -> None:
         help="the timed requests' client: httpx; a minimal socket client "
         "(bench/leanclient.py); or kube-scheduler's own client code path, "
         "JSON encoding and decoding included (bench/goclient, needs Go)",
+    )
+    ap.add_argument(
+        "--floor",
+        choices=("trivial", "parse"),
+        default="trivial",
+        help="trivial: the floor reads the body and answers; parse: it also parses the "
+        "body as a bare FastAPI route does (issue 28's floor; not with --client go)",
     )
     ap.add_argument(
         "--slowest",
@@ -326,16 +336,17 @@ def main() -> None:
                 names = [f"node-{i:05d}" for i in range(max(sizes))]
                 drivers = report_nodes(client, names)
                 reports: Any = client
-                pairs: HttpPairs | GoPairs = HttpPairs(client)
+                floor_path = "/floor-parse" if args.floor == "parse" else "/floor"
+                pairs: HttpPairs | GoPairs = HttpPairs(client, floor_path)
                 if args.client == "lean":  # reports on the same connection, as with httpx
                     reports = LeanClient(int(url.rsplit(":", 1)[1]))
-                    pairs = HttpPairs(reports)
+                    pairs = HttpPairs(reports, floor_path)
                     opened.append(reports)
                 elif args.client == "go":
                     pairs = GoPairs(GoClient(url))
                     opened.append(pairs.go)
                 for size in sizes:
-                    for mode in ("NodeNames", "Nodes"):
+                    for mode in args.modes.split(","):
                         for shape in ("warm", "churn", "cold", "shuffled"):
                             n = args.requests if mode == "NodeNames" else args.nodes_mode_requests
                             rows.append(

@@ -26,10 +26,10 @@ from tqdm import tqdm
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from extender.allocation import Decision, GpuGrant, NodeRef, PodRef, Sharing
-from extender.clock import SystemClock
 from extender.ledger import chargeback_report, open_ledger
 from extender.ledger.sql import NullHooks, SqlLedger
 from extender.ledger.sqlite import SqliteDialect
+from extender.wire.clock import SystemClock
 
 T0 = 1_767_225_600.0
 GPU_MIB = 81_920

@@ -27,7 +27,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from extender.namebytes import NameIndex
-from extender.protocol import NodeName
+from extender.wire.protocol import NodeName
 
 SCHEMES: dict[str, Callable[[int], str]] = {
     "simulated (node-00042)": lambda i: f"node-{i:05d}",

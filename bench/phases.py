@@ -34,13 +34,13 @@ from bench.latency import LABELS, pod
 from drivers.agent import build_report
 from drivers.simulated import SimulatedDriver
 from extender.app import build
-from extender.clock import SystemClock
-from extender.logs import setup_logging
 from extender.namelists import ArgsDecoder, NameList
-from extender.reports import NodeReport
 from extender.runtime import tune_runtime
 from extender.service import SchedulingService
 from extender.settings import Settings
+from extender.wire.clock import SystemClock
+from extender.wire.logs import setup_logging
+from extender.wire.report import NodeReport
 
 Times = defaultdict[str, list[float]]
 

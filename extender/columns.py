@@ -1,5 +1,5 @@
 """The inventory in columns: each node a row of arrays, so a request naming 5,000 nodes is
-scored by a compiled pass over its rows, in place (``whole``; ``scoring.fragmentation``),
+scored by a vectorised pass over its rows, in place (``whole``; ``scoring.fragmentation``),
 or a few NumPy passes over rows taken out (``scoring.batch``), not 5,000 Python calls.
 Each row carries the change number of its last write, so request plans find what
 changed since they were made without looking up names (``changed``).
@@ -26,7 +26,6 @@ from extender.scoring.batch import (
     plain_count,
     row_of,
 )
-from extender.scoring.compiled import kernel, warms
 from extender.scoring.model import Limits, NodeView
 
 _GRID = ("total", "committed", "reserved", "present")  # [width, rows], as GpuBatch
@@ -176,14 +175,13 @@ class NodeColumns:
 
     def read(self, rows: Ints, now: float, stale_after: float) -> tuple[Ints, Floats, Floats]:
         """Per row: itself if the node is available (reported, fresh, schedulable; -1 if
-        not), and its $/GiB-h and report time (NaN unless available). One compiled pass:
-        as six NumPy calls this cost more than scoring the 50 nodes a report round
-        changes. Freshness is the per-node test in the same arithmetic,
+        not), and its $/GiB-h and report time (NaN unless available). Freshness is
+        the per-node test in the same arithmetic,
         ``now - received_at <= stale_after`` (NaN: never reported, compares False)."""
         return _read(self.received, self.price, rows, float(now), float(stale_after))
 
     def whole(self, lim: Limits) -> GpuBatch:
-        """Every row as a batch, without copying: kernels that read rows in place take
+        """Every row as a batch, without copying: policies that read rows in place take
         this and row numbers (``fragmentation.greedy_scores``). Its arrays are the
         columns themselves, and ``write`` keeps its MIG column current, so it is built
         again only when the columns grow or the limits change."""
@@ -208,41 +206,24 @@ def _ascending(rows: Ints) -> Ints | None:
     return None if _in_order(rows) else np.argsort(rows, kind="stable")
 
 
-@kernel
 def _in_order(rows: Ints) -> bool:
-    for i in range(1, len(rows)):  # noqa: SIM110 - numba compiles the loop, not all()
-        if rows[i] < rows[i - 1]:
-            return False
-    return True
+    return bool((rows[1:] >= rows[:-1]).all())
 
 
-@kernel
 def _read(
     received: Floats, price: Floats, rows: Ints, now: float, stale_after: float
 ) -> tuple[Ints, Floats, Floats]:
-    live = np.full(len(rows), -1, dtype=np.int64)
-    price_of, received_of = np.full(len(rows), np.nan), np.full(len(rows), np.nan)
-    for k in range(len(rows)):
-        r = rows[k]
-        if r >= 0 and now - received[r] <= stale_after:
-            live[k], price_of[k], received_of[k] = r, price[r], received[r]
+    if not len(received):  # no node reported yet: every row is -1
+        return rows.copy(), np.full(len(rows), np.nan), np.full(len(rows), np.nan)
+    r = np.maximum(rows, 0)
+    live_mask = (rows >= 0) & (now - received[r] <= stale_after)
+    live = np.where(live_mask, rows, -1)
+    price_of = np.where(live_mask, price[r], np.nan)
+    received_of = np.where(live_mask, received[r], np.nan)
     return live, price_of, received_of
 
 
-@kernel
 def _changed(stamp: Ints, rows: Ints, since: int) -> Ints:
-    out = np.empty(len(rows), dtype=np.int64)
-    k = 0
-    for i in range(len(rows)):
-        if rows[i] >= 0 and stamp[rows[i]] > since:
-            out[k] = i
-            k += 1
-    return out[:k]
-
-
-@warms
-def _warm_up() -> None:
-    one = np.zeros(1, dtype=np.int64)
-    _read(np.zeros(1), np.zeros(1), one, 0.0, 1.0)
-    _changed(one, one, 0)
-    _in_order(one)
+    if not len(stamp):
+        return np.zeros(0, np.int64)
+    return np.flatnonzero((rows >= 0) & (stamp[np.maximum(rows, 0)] > since))

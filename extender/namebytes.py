@@ -1,15 +1,13 @@
 """Node names known by their bytes: a candidate list read into ids, no new strings made.
 
 In NodeNames mode each filter carries up to 5,000 names, in a new order for every pod
-(kube-scheduler's parallel filter workers hand feasible nodes over as they finish). As
-Python strings that list cost more than evaluating the pod: decoding 5,000 fresh strings,
-then hashing each again to find it in a dict (0.3-0.6 ms: ``bench/names.py``). Here
-compiled loops read the JSON array straight from the request body, 8 bytes at a time,
-and find each name's id by its bytes; plans then line lists up by id with one array
-lookup (``plans``). Between two requests the scheduler's own process runs, so the index
-is usually out of cache when a list arrives: the lookups run in passes (every name's
-table slot, then every candidate's record and bytes) so that their cache misses overlap
-instead of queueing one behind another, and the table and records are kept small.
+(kube-scheduler's parallel filter workers hand feasible nodes over as they finish).
+Plans line lists up by id with one array lookup (``plans``), so a list is read into
+ids: the JSON array is split at its quotes (``bytes.split``, in C), its punctuation
+checked, and each name's bytes looked up in a dict of the names seen before. No
+``str`` is made for a name seen before; a new one is decoded once. A permutation of a
+list read before, what kube-scheduler sends for most pods, is told by ``fingerprint``
+instead: whole-array hashing of the body's bytes, no name split out or looked up.
 
 Names are interned for the process: the same bytes always give the same id and the very
 same ``str``. The pool is bounded; when full it is cleared and ids start again, and the
@@ -21,265 +19,126 @@ is left to the JSON decoder, which also names what is wrong.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple
 
 import msgspec
 import numpy as np
 
-from extender.scoring.compiled import kernel, stream, warms
-
 NAME_MAX = 253  # protocol.NodeName: a DNS subdomain
-WORDS = (NAME_MAX + 7) // 8
-_HASH, _SPAN = 0, 1  # NameIndex._meta's columns: hash bits, word offset << 8 | length
-READ, PLAIN_ONLY = 0, 1  # how a read ended: the whole array, or a value it leaves to JSON
+WORDS = (NAME_MAX + 7) // 8  # 8-byte words of the longest name
 Fingerprint = tuple[int, int, int]  # see NameIndex.fingerprint
-_QUOTE, _ESCAPE, _COMMA, _OPEN, _CLOSE = (ord(c) for c in '"\\,[]')
-_ONES, _HIGHS = np.uint64(0x0101010101010101), np.uint64(0x8080808080808080)
-_QUOTES, _ESCAPES, _SPACES = (np.uint64(0x0101010101010101 * c) for c in (0x22, 0x5C, 0x20))
-_LETTERS = np.uint64(0x4141414141414141)  # stand-ins for the bytes after a name's end
-_XOR, _WEIGHT, _SET = 0, WORDS, 2 * WORDS  # keys: per word, per word, the set's
+_SPACE = b" \t\n\r"  # JSON's whitespace
+_CONTROL = bytes(range(0x20))
+BODIES = 8  # recent bodies whose ids are kept
+_QUOTE, _COMMA = ord('"'), ord(",")
+# a word's first k bytes, k = 0..8
+_MASKS = np.array([(1 << 8 * k) - 1 for k in range(9)], np.uint64)
 
 
-@kernel
-def _space(buf: Any, p: int) -> int:
-    while p < len(buf) and buf[p] in (0x20, 0x09, 0x0A, 0x0D):
-        p += 1
-    return p
+def split_names(data: bytes) -> list[bytes] | None:
+    """The names of a JSON array of plain names, as bytes; None for any other value."""
+    body = data.strip(_SPACE)
+    if body[:1] != b"[" or body[-1:] != b"]" or b"\\" in body or b'""' in body:
+        return None  # an escape, or an empty name (or two strings with nothing between)
+    parts = body[1:-1].split(b'"')
+    if len(parts) == 1:
+        return [] if not parts[0].strip(_SPACE) else None
+    if len(parts) % 2 == 0 or parts[0].strip(_SPACE) or parts[-1].strip(_SPACE):
+        return None
+    names, seps = parts[1::2], parts[2:-1:2]
+    if seps and (seps.count(b",") != len(seps)) and any(s.strip(_SPACE) != b"," for s in seps):
+        return None
+    joined = b"".join(names)
+    if len(joined.translate(None, _CONTROL)) != len(joined):
+        return None  # a control character: JSON decodes its escaped form only
+    if max(map(len, names)) > NAME_MAX:
+        return None
+    return names
 
 
-@kernel
-def _has_zero_byte(w: Any) -> bool:
-    return ((w - _ONES) & ~w & _HIGHS) != 0
+def _spans(data: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """A list of plain names exactly as Go's encoder writes it (``["a","b"]``, no
+    space): (the body as 8-byte words from every offset, each name's start and length);
+    None for any other bytes (``split_names`` reads those). With no backslash every
+    quote delimits a string, so the names are what lies between quotes 2k and 2k+1,
+    and the list is valid when exactly one comma separates each from the next."""
+    body = data.strip(_SPACE)
+    if body[:2] != b'["' or body[-2:] != b'"]' or b"\\" in body:
+        return None
+    buf = np.frombuffer(body + bytes(8), np.uint8)  # padded: every word read is inside
+    if (buf[: len(body)] < 0x20).any():
+        return None  # a control character: JSON decodes its escaped form only
+    quotes = np.flatnonzero(buf == _QUOTE)
+    opens, closes = quotes[0::2], quotes[1::2]
+    if len(opens) != len(closes) or closes[-1] != len(body) - 2:
+        return None
+    if (opens[1:] - closes[:-1] != 2).any() or (buf[closes[:-1] + 1] != _COMMA).any():
+        return None
+    lengths = closes - opens - 1
+    if lengths.min() < 1 or lengths.max() > NAME_MAX:
+        return None
+    words = np.ndarray((len(buf) - 7,), "<u8", buf, 0, (1,))  # unaligned: a view
+    return words, opens + 1, lengths
 
 
-@kernel
-def _fmix(x: Any) -> Any:
-    """MurmurHash3's 64-bit finaliser: a bijection in which every input bit flips every
-    output bit with probability about one half."""
-    x ^= x >> np.uint64(33)
+def _fmix(x: np.ndarray) -> np.ndarray:
+    """MurmurHash3's 64-bit finaliser, element-wise: a bijection in which every input
+    bit flips every output bit with probability about one half."""
+    x = x ^ (x >> np.uint64(33))
     x *= np.uint64(0xFF51AFD7ED558CCD)
     x ^= x >> np.uint64(33)
     x *= np.uint64(0xC4CEB9FE1A85EC53)
     return x ^ (x >> np.uint64(33))
 
 
-@kernel
-def _word_hash(w: Any, j: int, keys: Any) -> Any:
-    """Word ``j`` of a name's share of its hash: mixed under a secret key, then weighted.
-    (A plain multilinear sum of words is weak exactly where names differ: two names
-    whose words differ only in their top bytes collided for one key in 256.)"""
-    return _fmix(w ^ keys[_XOR + j]) * keys[_WEIGHT + j]
-
-
-@kernel
-def _finish(h: Any, n: int) -> Any:
-    return _fmix(h ^ np.uint64(n))
-
-
-@kernel
-def _set_share(h: Any, keys: Any) -> Any:
-    """A name's second share of a list's fingerprint (the first is its hash)."""
-    return _fmix(np.uint64(h) ^ keys[_SET])
-
-
-@kernel
-def _word_at(aligned: Any, s: int) -> Any:
-    """The 8 bytes from ``s`` as one little-endian word, from two aligned ones."""
-    lo = aligned[s >> 3]
-    shift = np.uint64(8 * (s & 7))
-    if shift == 0:
-        return lo
-    return (lo >> shift) | (aligned[(s >> 3) + 1] << (np.uint64(64) - shift))
-
-
-@kernel
-def _hash_names(words: Any, meta: Any, ids: Any, keys: Any) -> None:
-    for i in ids:
-        h = np.uint64(0)
-        o, n = meta[i, _SPAN] >> 8, meta[i, _SPAN] & 0xFF
-        for j in range((n >> 3) + 1):  # as ``_name`` reads it: to the closing quote's word
-            h += _word_hash(words[o + j] if 8 * j < n else np.uint64(0), j, keys)
-        meta[i, _HASH] = np.int64(_finish(h, n))
-
-
-@kernel
-def _insert(table: Any, meta: Any, ids: Any) -> None:
-    mask = np.uint64(len(table) - 1)
-    for i in ids:
-        slot = np.uint64(meta[i, _HASH]) & mask
-        while table[slot] != 0:
-            slot = (slot + np.uint64(1)) & mask
-        table[slot] = i + 1
-
-
-@kernel
-def _name(buf: Any, aligned: Any, s: int, keys: Any) -> Any:
-    """The plain name that starts at ``s``, 8 bytes at a time: (length, hash), or
-    length -1 when it is not a plain name this reads."""
-    h = np.uint64(0)
-    for j in range(WORDS):
-        w = _word_at(aligned, s + 8 * j)
-        end = 8
-        if _has_zero_byte(w ^ _QUOTES):
-            end = 0
-            while (w >> np.uint64(8 * end)) & np.uint64(0xFF) != _QUOTE:
-                end += 1
-        if s + 8 * j + end >= len(buf):
-            return -1, np.int64(0)  # no closing quote
-        keep = (np.uint64(1) << np.uint64(8 * end)) - np.uint64(1) if end < 8 else ~np.uint64(0)
-        w &= keep
-        seen = w | (_LETTERS & ~keep)
-        if _has_zero_byte(seen ^ _ESCAPES) or ((seen - _SPACES) & ~seen & _HIGHS) != 0:
-            return -1, np.int64(0)  # an escape or a control character: JSON decodes it
-        h += _word_hash(w, j, keys)  # the word the name ends in too, none of it its own
-        if end < 8:
-            n = 8 * j + end
-            return (n, np.int64(_finish(h, n))) if 0 < n <= NAME_MAX else (-1, np.int64(0))
-    return -1, np.int64(0)
-
-
-@kernel
-def _same(aligned: Any, s: int, n: int, words: Any, o: int) -> bool:
-    """The name at ``s`` equals the stored one at word ``o`` (of the same length)."""
-    full = n >> 3
-    for j in range(full):
-        if _word_at(aligned, s + 8 * j) != words[o + j]:
-            return False
-    if n & 7:
-        keep = (np.uint64(1) << np.uint64(8 * (n & 7))) - np.uint64(1)
-        return (_word_at(aligned, s + 8 * full) & keep) == words[o + full]
-    return True
-
-
-@kernel
-def _parse(buf: Any, aligned: Any, keys: Any, starts: Any, lengths: Any, hashes: Any) -> Any:
-    """Each string of the JSON array in ``buf``: where it starts, its length and hash;
-    (how many, how it ended, the list's fingerprint: see ``NameIndex.fingerprint``).
-    ``buf`` is copied into ``aligned`` first (zeros after it), read 8 bytes at a time:
-    here rather than by NumPy calls, a dozen of which cost ~25 µs, cold, in the server."""
-    stop, sums = len(buf), np.zeros(2, np.uint64)
-    padded = aligned.view(np.uint8)
-    padded[:stop] = buf
-    padded[stop : stop + 16] = 0
-    p = _space(buf, 0)
-    if p == stop or buf[p] != _OPEN:
-        return 0, PLAIN_ONLY, sums
-    p = _space(buf, p + 1)
-    if p < stop and buf[p] == _CLOSE:
-        return 0, READ if _space(buf, p + 1) == stop else PLAIN_ONLY, sums
-    k = 0
-    while k < len(starts):
-        if p == stop or buf[p] != _QUOTE:
-            return k, PLAIN_ONLY, sums
-        s = p + 1
-        n, h = _name(buf, aligned, s, keys)
-        if n < 0:
-            return k, PLAIN_ONLY, sums
-        starts[k], lengths[k], hashes[k] = s, n, h
-        sums[0] += np.uint64(h)
-        sums[1] += _set_share(h, keys)
-        k += 1
-        p = _space(buf, s + n + 1)
-        if p < stop and buf[p] == _COMMA:
-            p = _space(buf, p + 1)
-        elif p < stop and buf[p] == _CLOSE:
-            return k, READ if _space(buf, p + 1) == stop else PLAIN_ONLY, sums
-        else:
-            return k, PLAIN_ONLY, sums
-    return k, PLAIN_ONLY, sums  # more values than room: not a list this process reads
-
-
-@kernel
-def _look_up(
-    aligned: Any,
-    words: Any,
-    meta: Any,
-    table: Any,
-    starts: Any,
-    lengths: Any,
-    hashes: Any,
-    k: int,
-    ids: Any,
-    count: int,
-    used: int,
-) -> tuple[int, int]:
-    """Each parsed name's id, else ``-1 - start``; how many are not known (and what the
-    stream read: returned so that the compiler keeps those loads). In passes: the loads
-    of one pass do not wait for each other, so the misses of a cold table overlap; a list
-    that touches much of the index first streams all of it in (``stream``: looked up
-    cold, 5,000 names were ~200 us of misses; streamed, the ~280 KiB take ~40 us)."""
-    streamed = 0
-    if 8 * k >= count:
-        streamed = stream(table, 16) + stream(meta[:count, _SPAN], 4) + stream(words[:used], 8)
-    mask = np.uint64(len(table) - 1)
-    for j in range(k):
-        ids[j] = table[np.uint64(hashes[j]) & mask] - 1
-    unknown = 0
-    for j in range(k):
-        i = ids[j]
-        if not (
-            i >= 0
-            and meta[i, _HASH] == hashes[j]
-            and meta[i, _SPAN] & 0xFF == lengths[j]
-            and _same(aligned, starts[j], lengths[j], words, meta[i, _SPAN] >> 8)
-        ):
-            ids[j] = _probe(aligned, words, meta, table, starts[j], lengths[j], hashes[j])
-            unknown += ids[j] < 0
-    return unknown, streamed
-
-
-@kernel
-def _probe(aligned: Any, words: Any, meta: Any, table: Any, s: int, n: int, h: Any) -> int:
-    mask = np.uint64(len(table) - 1)
-    slot = np.uint64(h) & mask
-    while table[slot] != 0:
-        i = table[slot] - 1
-        if (
-            meta[i, _HASH] == h
-            and meta[i, _SPAN] & 0xFF == n
-            and _same(aligned, s, n, words, meta[i, _SPAN] >> 8)
-        ):
-            return i
-        slot = (slot + np.uint64(1)) & mask
-    return -1 - s
-
-
-class _Parsed(NamedTuple):
-    """A body parsed into the scratch buffers (valid until the next parse)."""
-
-    aligned: np.ndarray  # its bytes as words
-    starts: np.ndarray  # each name's start, length and hash
-    lengths: np.ndarray
-    hashes: np.ndarray
-    names: int  # how many
-    sums: np.ndarray  # the fingerprint's two sums
+def _hashes(
+    words: np.ndarray, starts: np.ndarray, lengths: np.ndarray, keys: np.ndarray
+) -> np.ndarray:
+    """Each name's keyed hash: word j of it mixed under its own key and weighted, the
+    words summed, the length mixed in. A keyed mix per word, not a plain weighted sum:
+    names whose words differ only in a swap of their top bytes collide under a sum."""
+    hashes = np.zeros(len(starts), np.uint64)
+    shortest = int(lengths.min())
+    for j in range((int(lengths.max()) + 7) // 8):
+        left = lengths - 8 * j  # bytes of the name from word j on
+        if 8 * j < shortest:  # every name has bytes here
+            word = words[starts + 8 * j]
+        else:  # not every name: the others' reads kept inside the body, their shares 0
+            word = words[np.minimum(starts + 8 * j, len(words) - 1)]
+        if 8 * j + 8 > shortest:  # some name ends in this word: only its bytes count
+            word &= _MASKS[np.clip(left, 0, 8)]
+        share = _fmix(word ^ keys[j]) * keys[WORDS + j]
+        hashes += share if 8 * j < shortest else np.where(left > 0, share, np.uint64(0))
+    return _fmix(hashes ^ lengths.astype(np.uint64))
 
 
 class NameIndex:
-    """Name bytes -> id -> the one ``str`` for it. Names are kept as zero-padded words,
-    so a name is hashed and compared 8 bytes at a time."""
+    """Name bytes -> id -> the one ``str`` for it."""
 
     def __init__(self, capacity_bytes: int = 64 << 20, weights: np.ndarray | None = None) -> None:
+        """``weights``: accepted for callers of the hashed index this replaced; names are
+        told apart by their whole bytes (a dict), so no two can collide."""
         self.capacity_bytes = capacity_bytes
-        # The hash's keys, secret to the process (lists are told apart by fingerprint:
-        # nobody outside can aim at a collision). ``weights`` replaces the per-word
-        # weights: tests make every name of a length collide with zeros.
-        keys = np.random.default_rng().integers(0, 2**64, 2 * WORDS + 1, np.uint64)
-        keys[_WEIGHT:_SET] = keys[_WEIGHT:_SET] | np.uint64(1) if weights is None else weights
-        self._keys = keys
         self.clear()
 
     def clear(self) -> None:
-        self._words = np.zeros(1 << 14, np.uint64)
-        self._used = 0  # words
-        self._meta = np.zeros((1024, 2), np.int64)  # small: fewer cache lines to miss
-        self._table = np.zeros(4096, np.int32)  # id + 1; 0 empty
+        self._ids: dict[bytes, int] = {}
+        self._bytes: list[bytes] = []  # by id
         self._strings = np.empty(1024, dtype=object)
+        # per id, two random 64-bit keys: a list's fingerprint sums them
+        self._keys = np.zeros((2, 1024), np.uint64)
+        self._rng = np.random.default_rng()
+        # the fingerprint's keys, secret to the process: per word of a name a key and an
+        # odd weight (``_hashes``), then the set share's key
+        self._hash_keys = self._rng.integers(0, 2**64, 2 * WORDS + 1, np.uint64)
+        self._hash_keys[WORDS : 2 * WORDS] |= np.uint64(1)
+        self._used = 0  # bytes of names held
         self.count = 0
         self.token = object()  # ids are valid while this is the index's token
-        self._aligned = np.zeros(0, np.uint64)  # see _scratch
-        self._starts = self._lengths = self._hashes = np.empty(0, np.int64)
-        self._last: tuple[bytes, _Parsed | None] | None = None  # see _parsed
+        self._last: tuple[bytes, object, np.ndarray | None] | None = None  # see read_ids
+        # the ids of the last few bodies read, by their bytes: pod after pod of a shape
+        # lists the same candidates in the same bytes, found by one hash of the body
+        # instead of a dict look-up per name
+        self._bodies: dict[bytes, np.ndarray | None] = {}
 
     def read(self, data: bytes) -> tuple[np.ndarray, list[str]] | None:
         """The ids and strings of a JSON array of plain names; None for any other value
@@ -289,81 +148,106 @@ class NameIndex:
 
     def fingerprint(self, data: bytes) -> Fingerprint | None:
         """What a JSON array of plain names holds, whatever their order: (how many, and
-        two sums over the names of keyed 64-bit hashes of their bytes). Two lists of the
-        same names in any order have the same; two that differ, another but for a chance
-        of about 2^-64 per pair of names. None where ``read`` gives None. No look-up: a
-        ``read_ids`` of the same bytes next does not parse them again."""
-        parsed = self._parsed(data)
-        return None if parsed is None else (parsed.names, int(parsed.sums[0]), int(parsed.sums[1]))
+        two sums over the names of keyed 64-bit hashes of their bytes, ``_hashes``). Two
+        lists of the same names in any order have the same; two that differ, another but
+        for a chance of about 2^-64 per pair of names. None for a value ``read`` gives
+        None for but a name that is not UTF-8. No name is looked up: a permuted list is
+        told from its bytes by whole-array operations, a few per 8 bytes of name."""
+        spans = _spans(data)
+        if spans is None:
+            names = split_names(data)
+            if names is None:
+                return None
+            if not names:
+                return 0, 0, 0
+            spans = _spans(b'["' + b'","'.join(names) + b'"]')  # as Go writes it
+            assert spans is not None
+        hashes = _hashes(*spans, self._hash_keys)
+        shares = _fmix(hashes ^ self._hash_keys[-1])
+        return len(hashes), int(hashes.sum(dtype=np.uint64)), int(shares.sum(dtype=np.uint64))
 
     def read_ids(self, data: bytes) -> tuple[np.ndarray, np.ndarray] | None:
         """``read``, with the strings left in the pool they are in: (ids, pool), the
-        string of id i being pool[i] (the pool is never written again below its count)."""
-        parsed = self._parsed(data)
-        if parsed is None:
+        string of id i being pool[i] (the pool is never written again below its count).
+        The last body's answer is kept while the token holds: the server asks for its
+        fingerprint, then its ids."""
+        ids = self._read(data)
+        return None if ids is None else (ids, self._strings)
+
+    def _read(self, data: bytes) -> np.ndarray | None:
+        last = self._last
+        if last is not None and last[0] is data and last[1] is self.token:
+            return last[2]
+        if data in self._bodies:
+            kept = self._bodies[data]
+            ids = None if kept is None else kept.copy()  # the caller's own, as when read
+        else:
+            token = self.token
+            ids = self._ids_of(data)
+            if self.token is not token:  # cleared: ids of bodies read before are void
+                self._bodies.clear()
+            while len(self._bodies) >= BODIES:
+                del self._bodies[next(iter(self._bodies))]
+            self._bodies[data] = ids
+        self._last = (data, self.token, ids)
+        return ids
+
+    def _ids_of(self, data: bytes) -> np.ndarray | None:
+        names = split_names(data)
+        if names is None:
             return None
-        aligned, starts, lengths, hashes, k, _ = parsed
         for _ in range(2):  # a full index is cleared once: these names go in first
-            ids = np.empty(k, np.int64)
-            unknown, _ = _look_up(
-                aligned,
-                self._words,
-                self._meta,
-                self._table,
-                starts,
-                lengths,
-                hashes,
-                k,
-                ids,
-                self.count,
-                self._used,
-            )
-            new = self._new_names(data, ids) if unknown else []
-            if new is None:
+            found = list(map(self._ids.get, names))
+            added = self._add_new(names, found) if None in found else True
+            if added is None:
                 return None
-            if new and not self._add(new):
+            if not added:
                 self.clear()
                 continue
-            return ids, self._strings
+            return np.fromiter(found, np.int64, len(found))
         return None
 
-    def _parsed(self, data: bytes) -> _Parsed | None:
-        """``data`` parsed into the scratch buffers, once however often asked in a row
-        (the last body is held, so its identity cannot pass to another)."""
-        if self._last is not None and self._last[0] is data:
-            return self._last[1]
-        parsed = None
-        if np.little_endian:
-            buf, aligned, starts, lengths, hashes = self._scratch(data)
-            k, how, sums = _parse(buf, aligned, self._keys, starts, lengths, hashes)
-            parsed = _Parsed(aligned, starts, lengths, hashes, k, sums) if how == READ else None
-        self._last = (data, parsed)
-        return parsed
+    def _add_new(self, names: list[bytes], found: list[int | None]) -> bool | None:
+        """Gives each name not yet known an id (once, however often listed), writing it
+        into ``found``; False (nothing added) when they would overfill the index, None
+        when a name is not UTF-8."""
+        new: dict[bytes, int] = {}
+        for k, i in enumerate(found):
+            if i is None:
+                found[k] = new.setdefault(names[k], self.count + len(new))
+        try:
+            strings = [name.decode() for name in new]
+        except UnicodeDecodeError:
+            return None
+        size = sum(map(len, new))
+        if self._used + size > self.capacity_bytes:
+            return False
+        self._reserve(len(new))
+        ids = slice(self.count, self.count + len(new))
+        self._strings[ids] = strings
+        self._keys[:, ids] = self._rng.integers(0, 2**64, (2, len(new)), np.uint64)
+        self._ids.update(new)
+        self._bytes.extend(new)
+        self._used += size
+        self.count += len(new)
+        return True
 
-    def _scratch(self, data: bytes) -> tuple[np.ndarray, ...]:
-        """The body as bytes, and buffers with room for it as aligned words (``_parse``
-        copies it in) and for every value's start, length and hash: kept from one read
-        to the next (used from one thread, the event loop), so a read allocates
-        nothing new. Whole buffers, not slices: each NumPy call costs, cold."""
-        words, room = len(data) // 8 + 3, len(data) // 3 + 1  # each value takes 3+ bytes
-        if len(self._aligned) < words or len(self._starts) < room:
-            self._aligned = np.zeros(max(words, 2 * len(self._aligned)), np.uint64)
-            self._starts, self._lengths, self._hashes = (
-                np.empty(max(room, 2 * len(self._starts)), np.int64) for _ in range(3)
-            )
-        return (
-            np.frombuffer(data, np.uint8),
-            self._aligned,
-            self._starts,
-            self._lengths,
-            self._hashes,
-        )
+    def _reserve(self, names: int) -> None:
+        """Room for ``names`` more; a grown pool is a new array (lists read before keep
+        the old one, whose entries never change)."""
+        if self.count + names > len(self._strings):
+            size = max(2 * len(self._strings), self.count + names)
+            strings = np.empty(size, dtype=object)
+            strings[: self.count] = self._strings[: self.count]
+            self._strings = strings
+            keys = np.zeros((2, size), np.uint64)
+            keys[:, : self.count] = self._keys[:, : self.count]
+            self._keys = keys
 
-    def bytes_and_records(self) -> tuple[np.ndarray, np.ndarray]:
-        """Every name's bytes (zero-padded to words) and the records that place them (a
-        name's record: ``[hash, word offset << 8 | length]``), for writing names without
-        making strings (``namejson``). Valid for ids read while the token holds."""
-        return self._words.view(np.uint8), self._meta
+    def name_bytes(self) -> list[bytes]:
+        """Every name's bytes by id, for writing names without making strings
+        (``namejson``). Valid for ids read while the token holds."""
+        return self._bytes
 
     def pool(self) -> np.ndarray:
         """The strings by id, as ``read_ids`` gives them (never written below ``count``)."""
@@ -374,65 +258,3 @@ class NameIndex:
         name is not plain."""
         found = self.read_ids(msgspec.json.encode(names))  # ids only: no strings made
         return None if found is None else found[0]
-
-    def _new_names(self, data: bytes, ids: np.ndarray) -> list[bytes] | None:
-        """The names read as new, each given the id it is about to get (once, however
-        often listed) in ``ids``; None if one is not UTF-8."""
-        new: dict[bytes, int] = {}
-        for k in np.flatnonzero(ids < 0).tolist():
-            s = -1 - int(ids[k])
-            name = data[s : data.index(b'"', s)]
-            ids[k] = new.setdefault(name, self.count + len(new))
-        try:
-            for name in new:
-                name.decode()
-        except UnicodeDecodeError:
-            return None
-        return list(new)
-
-    def _add(self, names: list[bytes]) -> bool:
-        """Indexes names under the next ids; False (nothing added) when they would
-        overfill the index."""
-        padded = [name + bytes(-len(name) % 8) for name in names]
-        size = sum(map(len, padded)) // 8
-        if 8 * (self._used + size) > self.capacity_bytes:
-            return False
-        self._reserve(size, len(names))
-        ids = np.arange(self.count, self.count + len(names), dtype=np.int64)
-        spans = np.fromiter((len(b) // 8 for b in padded), np.int64, len(names))
-        offsets = self._used + np.cumsum(spans) - spans
-        self._meta[ids, _SPAN] = offsets << 8 | np.fromiter(map(len, names), np.int64, len(names))
-        self._words[self._used : self._used + size] = np.frombuffer(b"".join(padded), np.uint64)
-        self._strings[ids] = [name.decode() for name in names]
-        self._used += size
-        self.count += len(names)
-        _hash_names(self._words, self._meta, ids, self._keys)
-        _insert(self._table, self._meta, ids)
-        return True
-
-    def _reserve(self, words: int, names: int) -> None:
-        if self._used + words > len(self._words):
-            grown = np.zeros(max(2 * len(self._words), self._used + words), np.uint64)
-            grown[: self._used] = self._words[: self._used]
-            self._words = grown
-        if self.count + names > len(self._meta):
-            size = max(2 * len(self._meta), self.count + names)
-            meta = np.zeros((size, 2), np.int64)
-            meta[: self.count] = self._meta[: self.count]
-            self._meta = meta
-            strings = np.empty(size, dtype=object)
-            strings[: self.count] = self._strings[: self.count]
-            self._strings = strings
-        size = len(self._table)
-        while 2 * (self.count + names) > size:  # load factor <= 1/2
-            size *= 2
-        if size > len(self._table):
-            self._table = np.zeros(size, np.int32)
-            _insert(self._table, self._meta, np.arange(self.count, dtype=np.int64))
-
-
-@warms
-def _compile() -> None:
-    index = NameIndex()
-    index.read(b'["warm-up", "b"]')
-    index.read(b'["b","warm-up"]')

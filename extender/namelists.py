@@ -29,10 +29,9 @@ import numpy as np
 
 from extender.namebytes import Fingerprint, NameIndex
 from extender.namejson import names_json
-from extender.nodebytes import value_end
-from extender.protocol import ExtenderArgs, NodeName, Pod, RawNodeList, args_decoder
+from extender.nodebytes import find_pod_end
 from extender.scoring.batch import Ints
-from extender.scoring.compiled import equal, equal_at
+from extender.wire.protocol import ExtenderArgs, NodeName, Pod, RawNodeList, args_decoder
 
 
 class NameList(Sequence[str]):
@@ -191,7 +190,8 @@ def passing_list(
             isinstance(like, NameList)
             and like.ids is not None
             and like.token is names.token
-            and equal_at(like.ids, names.ids, positions)
+            and len(like.ids) == len(positions)
+            and bool(np.array_equal(like.ids, names.ids[positions]))
         ):
             return like
         return names.part(positions)
@@ -230,7 +230,7 @@ def same_ids(a: NameList, b: NameList) -> bool:
     index (a compare of arrays, no strings); False when either has none."""
     if a.ids is None or b.ids is None or a.token is not b.token:
         return False
-    return a.ids is b.ids or bool(equal(a.ids, b.ids))
+    return a.ids is b.ids or bool(np.array_equal(a.ids, b.ids))
 
 
 class _WireArgs(msgspec.Struct):
@@ -311,14 +311,12 @@ class ArgsDecoder:
 
     def _split(self, body: bytes) -> ExtenderArgs | None:
         """A NodeNames body exactly as kube-scheduler writes it (``{"Pod":..,"Nodes":null,
-        "NodeNames":[..]}``), taken apart by hand: the Pod found by its braces and decoded
+        "NodeNames":[..]}``), taken apart by hand: the Pod found by what follows it and decoded
         alone, the list's bytes looked up as they are. Spares a JSON scan of the whole
         body (64 KiB at 5,000 names) on every filter. None (decode it whole, which also
         names what is wrong) for anything else, a bad Pod or a bad list included."""
-        if not body.startswith(_POD):
-            return None
-        pod_end = value_end(np.frombuffer(body, np.uint8), len(_POD))
-        if pod_end < 0 or not body.startswith(_NAMES, pod_end):
+        pod_end = find_pod_end(body, _NAMES)
+        if pod_end < 0:
             return None
         end = len(body.rstrip(_SPACE)) - 1
         if end <= pod_end + len(_NAMES) or body[end] != _CLOSE:
@@ -332,10 +330,10 @@ class ArgsDecoder:
 
     def _walked(self, body: bytes) -> ExtenderArgs | None:
         assert self._nodes is not None
-        if not body.startswith(_POD) or not body[-64:].rstrip(_SPACE).endswith(_TAIL):
+        if not body[-64:].rstrip(_SPACE).endswith(_TAIL):
             return None
-        pod_end = value_end(np.frombuffer(body, np.uint8), len(_POD))
-        if pod_end < 0 or not body.startswith(_ITEMS, pod_end):
+        pod_end = find_pod_end(body, _ITEMS)
+        if pod_end < 0:
             return None
         walked = self._nodes.walk(body, pod_end + len(_ITEMS))
         if walked is None:

@@ -3,14 +3,14 @@
 With ``nodeCacheCapable: false`` every filter and prioritize body carries all candidate
 Nodes in full: 32 MB at 5,000 nodes. Finding where each item ends is a JSON scan of all
 of it (msgspec: ~17 ms, more than the floor's whole request), though nearly every item
-is byte for byte an object seen, and validated, before. Here a compiled loop walks the
-``items`` array instead: at each item the hash of its first ``HASHED`` bytes names
-candidates among the objects seen before, and a candidate that is byte-for-byte equal
-and followed by ``,`` or ``]`` *is* that item — equal bytes are the same valid JSON with
-the same facts. Comparing bytes runs at memory speed (~1.7 ms for 32 MB).
+is byte for byte an object seen, and validated, before. Here a walk over the ``items``
+array looks each item up instead: its first ``HASHED`` bytes name candidates among the
+objects seen before (a dict), and a candidate that is byte-for-byte equal and followed
+by ``,`` or ``]`` *is* that item -- equal bytes are the same valid JSON with the same
+facts. Comparing bytes runs at memory speed (memcmp).
 
-The hash only chooses what to compare, so collisions cost time, never a wrong answer;
-probing stops after ``PROBES`` candidates (an item then counts as not seen).
+The head only chooses what to compare, so shared heads cost time, never a wrong
+answer; at most ``PROBES`` candidates are compared (an item then counts as not seen).
 """
 
 from __future__ import annotations
@@ -19,131 +19,62 @@ from typing import Any
 
 import numpy as np
 
-from extender.scoring.compiled import kernel, warms
-
-HASHED = 128  # bytes hashed at an item's start: name, uid, resourceVersion in Go's layout
+HASHED = 128  # bytes that choose candidates at an item's start: name, uid, resourceVersion
 PROBES = 16
-CHUNK = 512  # bytes compared per step (vectorised), then stop at the first difference
+CHUNK = 1 << 10  # bytes ``value_end`` scans first (doubling): about a Pod, not the whole body
 
 FOUND_ALL, MISS, FULL = 0, 1, 2  # how a walk stopped: at ']', at an unknown item, out of room
 _OPEN, _CLOSE, _QUOTE, _ESCAPE = (ord(c) for c in '{}"\\')
 _COMMA, _BRACKET_OPEN, _BRACKET_CLOSE = (ord(c) for c in ",[]")
-
-# fixed odd multipliers: a weighted byte sum vectorises; equal bytes always hash equal
-_WEIGHTS = np.random.default_rng(0x6E6F6465).integers(1, 2**63, HASHED, dtype=np.uint64) | 1
+_POD = b'{"Pod":'  # how Go's encoder starts ExtenderArgs
 
 
-@kernel
-def _hash(buf: Any, p: int, weights: Any) -> Any:
-    h = np.uint64(0)
-    window = buf[p : p + HASHED]
-    for t in range(HASHED):
-        h += np.uint64(window[t]) * weights[t]
-    return h
-
-
-@kernel
-def _same(buf: Any, p: int, pool: Any, q: int, n: int) -> bool:
-    done = 0
-    while done < n:
-        step = min(CHUNK, n - done)
-        a = buf[p + done : p + done + step]
-        b = pool[q + done : q + done + step]
-        diff = np.uint8(0)
-        for t in range(step):
-            diff |= a[t] ^ b[t]
-        if diff:
-            return False
-        done += step
-    return True
-
-
-@kernel
-def _walk(
-    buf: Any,
-    p: int,
-    pool: Any,
-    offsets: Any,
-    lengths: Any,
-    hashes: Any,
-    table: Any,
-    weights: Any,
-    ids: Any,
-    starts: Any,
-) -> Any:
-    """Items from ``p`` (just after ``[`` or a ``,``) while each is one seen before:
-    (how many, where it stopped, why)."""
-    stop = len(buf)
-    mask = len(table) - 1
-    k = 0
-    if p < stop and buf[p] == _BRACKET_CLOSE:
-        return 0, p + 1, FOUND_ALL
-    while k < len(ids):
-        if p + HASHED > stop:
-            return k, p, MISS
-        h = _hash(buf, p, weights)
-        slot = h & np.uint64(mask)
-        found = -1
-        for _ in range(PROBES):
-            v = table[slot]
-            if v == 0:
-                break
-            i = v - 1
-            n = lengths[i]
-            if hashes[i] == h and p + n < stop and _same(buf, p, pool, offsets[i], n):
-                after = buf[p + n]
-                if after in (_COMMA, _BRACKET_CLOSE):
-                    found = i
-                    break
-            slot = (slot + np.uint64(1)) & np.uint64(mask)
-        if found < 0:
-            return k, p, MISS
-        ids[k] = found
-        starts[k] = p
-        k += 1
-        p += lengths[found]
-        if buf[p] == _BRACKET_CLOSE:
-            return k, p + 1, FOUND_ALL
-        p += 1
-    return k, p, FULL
-
-
-@kernel
 def value_end(buf: Any, p: int) -> int:
     """End (exclusive) of the JSON object or array that opens at ``p``; -1 when none
-    does or it is not closed. Right for valid JSON only: callers validate the slice."""
+    does or it is not closed. Right for valid JSON only: callers validate the slice.
+    Vectorised: a window from ``p`` is scanned at once (strings masked out, then the
+    running depth), doubling until the value closes in it."""
     stop = len(buf)
-    if p >= stop or (buf[p] != _OPEN and buf[p] != _BRACKET_OPEN):
+    if p >= stop or buf[p] not in (_OPEN, _BRACKET_OPEN):
         return -1
-    depth = 0
-    in_string = False
-    while p < stop:
-        c = buf[p]
-        if in_string:
-            if c == _ESCAPE:
-                p += 1
-            elif c == _QUOTE:
-                in_string = False
-        elif c == _QUOTE:
-            in_string = True
-        elif c in (_OPEN, _BRACKET_OPEN):
-            depth += 1
-        elif c in (_CLOSE, _BRACKET_CLOSE):
-            depth -= 1
-            if depth == 0:
-                return p + 1
-        p += 1
-    return -1
+    size = CHUNK
+    while True:
+        end = _closing(np.asarray(buf[p : p + size], np.uint8))
+        if end >= 0:
+            return p + end + 1
+        if p + size >= stop:
+            return -1
+        size *= 2
 
 
-@kernel
-def _insert(table: Any, hashes: Any, ids: Any) -> None:
-    mask = len(table) - 1
-    for i in ids:
-        slot = hashes[i] & np.uint64(mask)
-        while table[slot] != 0:
-            slot = (slot + np.uint64(1)) & np.uint64(mask)
-        table[slot] = i + 1
+def _closing(w: np.ndarray) -> int:
+    """Index in ``w`` (a value's bytes from its opening bracket) of the bracket that
+    closes it, -1 if none does within ``w``."""
+    backslash = w == _ESCAPE
+    at = np.arange(len(w))
+    last_other = np.maximum.accumulate(np.where(backslash, -1, at))
+    run = at - last_other  # backslashes ending here
+    escaped = np.zeros(len(w), np.bool_)
+    escaped[1:] = run[:-1] % 2 == 1  # after an odd run of backslashes
+    quote = (w == _QUOTE) & ~escaped
+    outside = (np.cumsum(quote) % 2 == 0) & ~quote
+    opens = ((w == _OPEN) | (w == _BRACKET_OPEN)) & outside
+    closes = ((w == _CLOSE) | (w == _BRACKET_CLOSE)) & outside
+    depth = np.cumsum(opens.astype(np.int64) - closes)
+    done = np.flatnonzero(closes & (depth == 0))
+    return int(done[0]) if done.size else -1
+
+
+def find_pod_end(body: bytes, after: bytes) -> int:
+    """Where the Pod of a body written as ``{"Pod":<pod><after>...`` ends: just before
+    the first ``after`` (a search in C, stopping there; not a scan of the Pod's JSON).
+    -1 when the body does not start so (a Pod that is no object included). The caller
+    decodes the Pod's bytes, and that fails (the body is then decoded whole) unless
+    they are the whole Pod: cut at an ``after`` inside a string or an object of its
+    own, a Pod's JSON is cut short, and no proper prefix of a JSON object is one."""
+    if not body.startswith(_POD + b"{"):
+        return -1
+    return body.find(after, len(_POD))
 
 
 class ByteIndex:
@@ -156,12 +87,10 @@ class ByteIndex:
         self.clear()
 
     def clear(self) -> None:
-        self._pool = np.zeros(1 << 20, np.uint8)
-        self._used = 0
-        self._offsets = np.zeros(1024, np.int64)
+        self._items: list[bytes] = []  # by id
+        self._heads: dict[bytes, list[int]] = {}  # first HASHED bytes -> ids
         self._lengths = np.zeros(1024, np.int64)
-        self._hashes = np.zeros(1024, np.uint64)
-        self._table = np.zeros(4096, np.int64)  # id + 1; 0 empty
+        self._used = 0
         self.count = 0  # ids are 0..count-1
 
     @property
@@ -174,57 +103,48 @@ class ByteIndex:
         n = len(data)
         if n <= HASHED or self._used + n > self.capacity_bytes:
             return None
-        self._reserve(n)
-        at, i = self._used, self.count
-        self._pool[at : at + n] = np.frombuffer(data, np.uint8)
-        self._offsets[i], self._lengths[i] = at, n
-        self._hashes[i] = _hash(self._pool, at, _WEIGHTS)
+        i = self.count
+        if i == len(self._lengths):
+            self._lengths = np.resize(self._lengths, 2 * i)
+        self._items.append(bytes(data))
+        self._lengths[i] = n
+        self._heads.setdefault(bytes(data[:HASHED]), []).append(i)
         self._used += n
         self.count += 1
-        _insert(self._table, self._hashes, np.array([i], np.int64))
         return i
 
     def walk(
         self, buf: np.ndarray, p: int, ids: np.ndarray, starts: np.ndarray
     ) -> tuple[int, int, int]:
-        """Known items from ``p``, written into ``ids``/``starts``: (count, stop, why)."""
-        k, stop, why = _walk(
-            buf,
-            p,
-            self._pool,
-            self._offsets,
-            self._lengths,
-            self._hashes,
-            self._table,
-            _WEIGHTS,
-            ids,
-            starts,
-        )
-        return int(k), int(stop), int(why)
+        """Known items from ``p`` (just after ``[`` or a ``,``), written into
+        ``ids``/``starts``: (count, stop, why)."""
+        data = buf.base if isinstance(buf.base, bytes) and len(buf.base) == len(buf) else None
+        if data is None:
+            data = buf.tobytes()
+        stop = len(data)
+        if p < stop and data[p] == _BRACKET_CLOSE:
+            return 0, p + 1, FOUND_ALL
+        k = 0
+        while k < len(ids):
+            found = self._find(data, p) if p + HASHED <= stop else -1
+            if found < 0:
+                return k, p, MISS
+            ids[k], starts[k] = found, p
+            k += 1
+            p += len(self._items[found])
+            if data[p] == _BRACKET_CLOSE:
+                return k, p + 1, FOUND_ALL
+            p += 1
+        return k, p, FULL
+
+    def _find(self, data: bytes, p: int) -> int:
+        """The id of the item that starts at ``p``, -1 if none seen before does."""
+        for i in self._heads.get(data[p : p + HASHED], ())[:PROBES]:
+            item = self._items[i]
+            end = p + len(item)
+            if end < len(data) and data[end] in (_COMMA, _BRACKET_CLOSE) and data[p:end] == item:
+                return i
+        return -1
 
     def lengths(self, ids: np.ndarray) -> np.ndarray:
         return self._lengths[ids]
-
-    def _reserve(self, n: int) -> None:
-        if self._used + n > len(self._pool):
-            size = max(len(self._pool) * 2, self._used + n)
-            self._pool = np.concatenate([self._pool, np.zeros(size - len(self._pool), np.uint8)])
-        if self.count == len(self._offsets):
-            size = 2 * self.count
-            self._offsets = np.resize(self._offsets, size)
-            self._lengths = np.resize(self._lengths, size)
-            self._hashes = np.resize(self._hashes, size)
-        if 4 * (self.count + 1) > len(self._table):  # load factor <= 1/4: short probes
-            self._table = np.zeros(len(self._table) * 4, np.int64)
-            _insert(self._table, self._hashes, np.arange(self.count, dtype=np.int64))
-
-
-@warms
-def _compile() -> None:
-    index = ByteIndex()
-    item = b'{"metadata":{"name":"warm-up"},"pad":"' + b"x" * HASHED + b'"}'
-    index.add(item)
-    for body in (bytearray(b"[" + item + b"]"), b"[" + item + b"]"):  # writable, read-only
-        buf = np.frombuffer(body, np.uint8)
-        index.walk(buf, 1, np.zeros(4, np.int64), np.zeros(4, np.int64))
-        value_end(buf, 1)

@@ -36,8 +36,7 @@ from extender.namebytes import NameIndex
 from extender.namelists import NameList, names_key
 from extender.nodebytes import FOUND_ALL, FULL, ByteIndex, value_end
 from extender.nodefacts import NodeFacts, facts_from_node
-from extender.protocol import RawNodeList, node_decoder
-from extender.scoring.compiled import equal, kernel, warms
+from extender.wire.protocol import RawNodeList, node_decoder
 
 HEAD = 512
 _META = b'"metadata":{'
@@ -164,7 +163,7 @@ class NodeObjectCache:
             return self._named([], True)
         key = (len(byte_ids), int(byte_ids[0]), int(byte_ids[-1]))
         seen = self._recent_walked.get(key)
-        if seen is not None and equal(seen[0], byte_ids):
+        if seen is not None and np.array_equal(seen[0], byte_ids):
             self._recent_walked.move_to_end(key)
             listed = seen[1]
         else:
@@ -372,14 +371,5 @@ def _key_at(data: bytes, member: bytes, start: int) -> int:
     return -1
 
 
-@kernel
 def _all_set(flags: np.ndarray, at: np.ndarray) -> bool:
-    for i in at:  # noqa: SIM110 - numba compiles the loop, not all()
-        if not flags[i]:
-            return False
-    return True
-
-
-@warms
-def _warm_up() -> None:
-    _all_set(np.ones(1, np.bool_), np.zeros(1, np.int64))
+    return bool(flags[at].all())

@@ -34,7 +34,6 @@ import numpy as np
 from extender.namebytes import NameIndex
 from extender.namelists import name_ids, names_key, picked, same_names
 from extender.scoring.batch import Bools, Floats, Ints
-from extender.scoring.compiled import kernel, warms
 
 # (reason, unresolvable) for a candidate that does not fit
 Failure = tuple[str, bool]
@@ -244,56 +243,34 @@ def _subset(parent: Plan, names: Sequence[str], index: NameIndex) -> Plan | None
     )
 
 
-@kernel
 def _received(received: Floats) -> tuple[float, Ints]:
     """The earliest report time relied on (inf if none) and the positions of the nodes
-    that were unavailable (NaN): one pass, where five NumPy calls over 5,000 entries cost
-    ~15 µs of a cold evaluation in the server."""
-    earliest, down, m = np.inf, np.empty(len(received), np.int64), 0
-    for i in range(len(received)):
-        if np.isnan(received[i]):
-            down[m] = i
-            m += 1
-        elif received[i] < earliest:
-            earliest = received[i]
-    return earliest, down[:m]
+    that were unavailable (NaN)."""
+    down = np.isnan(received)
+    return float(np.fmin.reduce(received, initial=np.inf)), np.flatnonzero(down)
 
 
-@kernel
 def _take_by_ids(
     where: Ints, ids: Ints, fits: Bools, raw: Floats, price: Floats, rows: Ints, unavailable: Ints
 ) -> tuple[bool, Ints, Bools, Floats, Floats, Ints, Ints]:
     """The parent's entries for these ids, in their order, where each parent position
     went (``back``, -1: not taken) and which of the taken were unavailable (ascending);
-    False if an id is not in the parent or two ids share a position. One pass instead
-    of a lookup, four gathers and the NumPy calls around them (5-10 µs each, cold)."""
+    False if an id is not in the parent or two ids share a position."""
     n = len(ids)
     back = np.full(len(fits), -1, dtype=np.int64)
-    out_fits, out_raw = np.empty(n, dtype=np.bool_), np.empty(n)
-    out_price, out_rows = np.empty(n), np.empty(n, dtype=np.int64)
-    down, m = np.empty(min(n, len(unavailable)), dtype=np.int64), 0
+    empty = np.zeros(0, np.int64)
+    if n and (ids.max() >= len(where) or ids.min() < -len(where)):
+        return False, back, fits[:0], raw[:0], price[:0], rows[:0], empty
+    at = where[ids]
+    if n and at.min() < 0:
+        return False, back, fits[:0], raw[:0], price[:0], rows[:0], empty
+    taken = np.arange(n)
+    back[at] = taken
+    if not np.array_equal(back[at], taken):  # two ids at one position
+        return False, back, fits[:0], raw[:0], price[:0], rows[:0], empty
     was_down = np.zeros(len(fits), dtype=np.bool_)
-    for p in unavailable:
-        was_down[p] = True
-    for k in range(n):
-        i = ids[k]
-        if i >= len(where) or where[i] < 0 or back[where[i]] >= 0:
-            return False, back, out_fits, out_raw, out_price, out_rows, down[:0]
-        at = where[i]
-        back[at] = k
-        out_fits[k], out_raw[k], out_price[k], out_rows[k] = fits[at], raw[at], price[at], rows[at]
-        if was_down[at]:
-            down[m] = k
-            m += 1
-    return True, back, out_fits, out_raw, out_price, out_rows, down[:m]
-
-
-@warms
-def _compile() -> None:
-    one, yes = np.zeros(1, np.int64), np.ones(1, dtype=bool)
-    _take_by_ids(one, one, yes, np.zeros(1), np.zeros(1), one, one)
-    _received(np.zeros(1))
-    _merge(yes, np.zeros(1), np.zeros(1), one, yes, np.zeros(1), np.zeros(1), np.zeros(1))
+    was_down[unavailable] = True
+    return True, back, fits[at], raw[at], price[at], rows[at], np.flatnonzero(was_down[at])
 
 
 def _patch(plan: Plan, changed: Ints, seq: int, evaluate: Evaluate, stale_after: float) -> None:
@@ -321,7 +298,6 @@ def _patch(plan: Plan, changed: Ints, seq: int, evaluate: Evaluate, stale_after:
     plan.fresh_until = min(plan.fresh_until, earliest + stale_after)
 
 
-@kernel
 def _merge(
     fits: Bools,
     raw: Floats,
@@ -332,26 +308,17 @@ def _merge(
     new_price: Floats,
     new_received: Floats,
 ) -> tuple[bool, float, Ints, Ints]:
-    """Writes the re-evaluated entries at ``redo``. Returns whether any differed (NaN
-    prices equal), the earliest report time among them (inf if none was available), which
-    of them did not fit before or do not now (indices into ``redo``: only those can have
-    a failure reason to change), and the plan positions now unavailable. One pass: as
-    NumPy and Python this was a dozen calls and three loops for a handful of entries,
-    and each NumPy call costs 5-10 µs in the server, where its code is cold."""
-    differs, earliest, n, m = False, np.inf, 0, 0
-    failing, down = np.empty(len(redo), np.int64), np.empty(len(redo), np.int64)
-    for k in range(len(redo)):
-        i = redo[k]
-        same_price = price[i] == new_price[k] or (np.isnan(price[i]) and np.isnan(new_price[k]))
-        if fits[i] != new_fits[k] or raw[i] != new_raw[k] or not same_price:
-            differs = True
-        if not fits[i] or not new_fits[k]:
-            failing[n] = k
-            n += 1
-        fits[i], raw[i], price[i] = new_fits[k], new_raw[k], new_price[k]
-        if np.isnan(new_received[k]):
-            down[m] = i
-            m += 1
-        elif new_received[k] < earliest:
-            earliest = new_received[k]
-    return differs, earliest, failing[:n], down[:m]
+    """Writes the re-evaluated entries at ``redo`` (ascending, distinct). Returns whether
+    any differed (NaN prices equal), the earliest report time among them (inf if none
+    was available), which of them did not fit before or do not now (indices into
+    ``redo``: only those can have a failure reason to change), and the plan positions
+    now unavailable."""
+    old_fits, old_price = fits[redo], price[redo]
+    same_price = (old_price == new_price) | (np.isnan(old_price) & np.isnan(new_price))
+    differs = bool(
+        (old_fits != new_fits).any() or (raw[redo] != new_raw).any() or not same_price.all()
+    )
+    failing = np.flatnonzero(~old_fits | ~new_fits)
+    fits[redo], raw[redo], price[redo] = new_fits, new_raw, new_price
+    earliest, down = _received(new_received)
+    return differs, earliest, failing, redo[down]

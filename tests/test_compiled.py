@@ -1,102 +1,120 @@
-"""The compiled kernels' plumbing: a read-only install still compiles (no disk cache),
-and ``warm_up`` leaves nothing to compile for the first request."""
+"""Start-up compiles nothing and needs no cache directory: the server's modules import
+without numba, and the vectorised helpers that replaced its kernels answer as the
+per-entry loops they replaced (kept here as the reference)."""
 
 from __future__ import annotations
 
-import numba
+import subprocess
+import sys
+
 import numpy as np
-import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from extender import columns, plans
-from extender.scoring import batch, compiled, fragmentation, narrowing
-
-
-def test_without_a_writable_cache_it_compiles_in_memory(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = numba.njit
-
-    def no_locator(*args: object, **options: object) -> object:
-        if options.get("cache"):  # what numba raises when no cache directory is writable
-            raise RuntimeError("cannot cache function 'f': no locator available")
-        return real(*args, **options)
-
-    monkeypatch.setattr(compiled, "njit", no_locator)
-
-    def twice(x):  # type: ignore[no-untyped-def]
-        return 2 * x
-
-    f = compiled.kernel(twice)
-    assert f(np.int64(21)) == 42
-    assert f.signatures  # compiled by numba, not the Python function
+from extender import plans
+from extender.nodebytes import value_end
 
 
-def test_after_warm_up_requests_compile_nothing_more() -> None:
-    """A request must not be the one that pays a compile (~1 s): the warm-up call uses
-    the argument types the scoring path passes, whatever the demand or subset."""
-    from extender.columns import NodeColumns
-    from extender.demand import CapacityPref, GpuDemand
-    from extender.scoring import Context, Limits, framework, policy_by_name
-    from extender.scoring.batch import GpuBatch
-    from extender.scoring.framework import (
-        Weights,
-        blend_kernel,
-        blended_array,
-        evaluate_batch,
-        evaluate_rows,
-        priority_array,
-    )
-    from extender.scoring.model import GpuView, NodeView
+def test_the_server_imports_no_compiler() -> None:
+    code = "import sys, extender.app; print(sorted({'numba', 'llvmlite'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
-    compiled.warm_up()
-    kernels = [
-        fragmentation._greedy,
-        fragmentation._greedy_one,
-        blend_kernel,
-        batch._chosen_fill,
-        batch._node_fill,
-        columns._read,
-        columns._changed,
-        narrowing._passing,
-        plans._merge,
-        plans._take_by_ids,
-        batch.unfit,
-        framework._priorities,
-        plans._received,
+
+def merge_reference(fits, raw, price, redo, new_fits, new_raw, new_price, new_received):
+    differs, earliest, failing, down = False, np.inf, [], []
+    for k, i in enumerate(redo.tolist()):
+        same_price = price[i] == new_price[k] or (np.isnan(price[i]) and np.isnan(new_price[k]))
+        differs |= bool(fits[i] != new_fits[k] or raw[i] != new_raw[k] or not same_price)
+        if not fits[i] or not new_fits[k]:
+            failing.append(k)
+        fits[i], raw[i], price[i] = new_fits[k], new_raw[k], new_price[k]
+        if np.isnan(new_received[k]):
+            down.append(i)
+        elif new_received[k] < earliest:
+            earliest = new_received[k]
+    return differs, earliest, failing, down
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), n=st.integers(1, 12))
+def test_merge_is_the_loop_it_replaced(data: st.DataObject, n: int) -> None:
+    floats = st.one_of(st.just(np.nan), st.sampled_from([0.0, 1.0, 2.5]))
+    arrays = [
+        np.array(data.draw(st.lists(kind, min_size=n, max_size=n)), dtype)
+        for kind, dtype in ((st.booleans(), bool), (floats, float), (floats, float))
     ]
-    before = [len(k.signatures) for k in kernels]
-    lim = Limits()
-    nodes = [
-        NodeView(
-            f"n{i}",
-            tuple(GpuView(f"g{i}{j}", j, "A10G", 24_576, 1000 * i * j) for j in range(4)),
-            "spot",
-            "g5.12xlarge",
-            0.01,
+    redo = np.array(sorted(data.draw(st.sets(st.integers(0, n - 1), min_size=1))), np.int64)
+    m = len(redo)
+    new = [
+        np.array(data.draw(st.lists(kind, min_size=m, max_size=m)), dtype)
+        for kind, dtype in (
+            (st.booleans(), bool),
+            (floats, float),
+            (floats, float),
+            (floats, float),
         )
-        for i in range(5)
     ]
-    cols = NodeColumns()
-    for view in nodes:
-        cols.write(view, 10.0, True, stamp=1)
-    cols.changed(cols.rows([v.name for v in nodes]), cols.layout, 0)
-    live, price, received = cols.read(cols.rows([v.name for v in nodes]), 20.0, 30.0)
-    rows = GpuBatch.from_views(nodes, lim)
-    for demand in (
-        GpuDemand(1, 4096),
-        GpuDemand(2, None),
-        GpuDemand(3, 20_000),
-        GpuDemand(1, 4096, CapacityPref.ON_DEMAND),
-    ):
-        for policy in ("headroom", "fgd", "binpack", "spread"):
-            fits, raw = evaluate_batch(rows, demand, policy_by_name(policy), Context(lim))
-            blended_array(raw, fits, np.full(len(raw), 0.01), Weights(2, 1))
-            fits, raw = evaluate_rows(
-                cols.whole(lim), live, demand, policy_by_name(policy), Context(lim)
-            )
-            narrowing.passing(raw, fits, price, Weights(2, 1), 0.05)
-            redo = np.arange(2, dtype=np.int64)
-            plans._merge(fits, raw, price, redo, fits[:2], raw[:2], price[:2], received[:2])
-            batch.unfit(fits)
-            plans._received(received)
-            plans._take_by_ids(np.arange(5), redo, fits, raw, price, live, redo[:1])
-            priority_array(raw, fits, price, Weights(2, 1))
-    assert [len(k.signatures) for k in kernels] == before
+    copies = [a.copy() for a in arrays]
+    want = merge_reference(*copies, redo, *new)
+    got = plans._merge(*arrays, redo, *new)
+    assert (got[0], got[1], got[2].tolist(), got[3].tolist()) == want
+    for a, b in zip(arrays, copies, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_take_by_ids_refuses_a_position_listed_twice_or_missing() -> None:
+    where = np.array([2, 0, -1, 1], np.int64)
+    fits, raw = np.array([True, False, True]), np.array([0.5, 0.0, 1.5])
+    price, rows, down = np.array([1.0, np.nan, 2.0]), np.array([7, 8, 9]), np.array([1])
+    ok, back, f, _, _, w, d = plans._take_by_ids(
+        where, np.array([1, 3, 0]), fits, raw, price, rows, down
+    )
+    assert ok and back.tolist() == [0, 1, 2] and f.tolist() == [True, False, True]
+    assert w.tolist() == [7, 8, 9] and d.tolist() == [1]
+    assert not plans._take_by_ids(where, np.array([1, 1]), fits, raw, price, rows, down)[0]
+    assert not plans._take_by_ids(where, np.array([2]), fits, raw, price, rows, down)[0]
+    assert not plans._take_by_ids(where, np.array([9]), fits, raw, price, rows, down)[0]
+
+
+def value_end_reference(buf: bytes, p: int) -> int:
+    if p >= len(buf) or buf[p] not in b"{[":
+        return -1
+    depth, in_string = 0, False
+    while p < len(buf):
+        c = buf[p]
+        if in_string:
+            if c == ord("\\"):
+                p += 1
+            elif c == ord('"'):
+                in_string = False
+        elif c == ord('"'):
+            in_string = True
+        elif c in b"{[":
+            depth += 1
+        elif c in b"}]":
+            depth -= 1
+            if depth == 0:
+                return p + 1
+        p += 1
+    return -1
+
+
+JSON = st.recursive(
+    st.none() | st.integers() | st.text(alphabet='ab"\\{}[],: '),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=3), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=JSON, tail=st.binary(max_size=8), cut=st.integers(0, 64))
+def test_value_end_is_the_scan_it_replaced(value: object, tail: bytes, cut: int) -> None:
+    import msgspec
+
+    body = b"x" + msgspec.json.encode(value) + tail
+    for data in (body, body[: max(1, len(body) - cut)]):
+        buf = np.frombuffer(data, np.uint8)
+        assert value_end(buf, 1) == value_end_reference(data, 1)

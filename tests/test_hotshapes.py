@@ -12,10 +12,10 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from extender.clock import ManualClock
 from extender.demand import GpuDemand
 from extender.hotshapes import HotShapes
 from extender.service import SchedulingService
+from extender.wire.clock import ManualClock
 from tests.support import gpu_pod, running_extender
 from tests.test_reorder import NODES, Asker, report_used, service_of
 

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from extender.namebytes import NAME_MAX, NameIndex
-from extender.protocol import NodeName
+from extender.wire.protocol import NodeName
 
 JSON = msgspec.json.Decoder(list[NodeName] | None)
 PLAIN = st.text(

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from extender.namebytes import NAME_MAX, NameIndex
 from extender.namejson import names_json, scores_json
-from extender.protocol import HostPriority, encoder
+from extender.wire.protocol import HostPriority, encoder
 
 PLAIN = st.text(
     st.characters(min_codepoint=0x20, blacklist_categories=("Cs",), blacklist_characters='"\\'),

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 from extender.binder import InProcessBinder
-from extender.clock import ManualClock
 from extender.inventory import Inventory
 from extender.ledger import open_ledger
 from extender.namebytes import NameIndex
@@ -27,9 +26,10 @@ from extender.namelists import (
     same_names,
 )
 from extender.pricing import load_pricebook
-from extender.protocol import ExtenderFilterResult, args_decoder, encoder
 from extender.scoring import policy_by_name
 from extender.service import SchedulingService
+from extender.wire.clock import ManualClock
+from extender.wire.protocol import ExtenderFilterResult, args_decoder, encoder
 
 
 def body(names: object, pod: object | None = None) -> bytes:

@@ -19,7 +19,7 @@ from extender.namelists import ArgsDecoder, NameList
 from extender.nodebytes import FOUND_ALL, HASHED, MISS, PROBES, ByteIndex, value_end
 from extender.nodecache import MAX_NEW, NodeObjectCache, WalkedNodes
 from extender.nodefacts import NodeFacts
-from extender.protocol import ExtenderArgs
+from extender.wire.protocol import ExtenderArgs
 
 NODE = json.loads((Path(__file__).parent / "fixtures/node_g5_12xlarge.json").read_text())
 POD = {

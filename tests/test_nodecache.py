@@ -12,7 +12,7 @@ import pytest
 
 from extender.nodecache import HEAD, NodeObjectCache, identifying_head
 from extender.nodefacts import NodeFacts
-from extender.protocol import RawNodeList, args_decoder
+from extender.wire.protocol import RawNodeList, args_decoder
 
 NODE = json.loads((Path(__file__).parent / "fixtures/node_g5_12xlarge.json").read_text())
 

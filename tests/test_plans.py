@@ -13,16 +13,16 @@ from hypothesis import strategies as st
 from drivers.agent import build_report
 from drivers.simulated import SimulatedDriver
 from extender.binder import InProcessBinder
-from extender.clock import ManualClock
 from extender.inventory import Inventory
 from extender.ledger import open_ledger
 from extender.namelists import ArgsDecoder, NameList
 from extender.nodefacts import facts_from_labels
 from extender.plans import Plans
 from extender.pricing import load_pricebook
-from extender.protocol import ExtenderBindingArgs, encoder
 from extender.scoring import policy_by_name
 from extender.service import SchedulingService, ServiceConfig
+from extender.wire.clock import ManualClock
+from extender.wire.protocol import ExtenderBindingArgs, encoder
 
 NODES = [f"n{i}" for i in range(6)]
 SHAPES = ["4Gi", "12Gi", None]

@@ -14,16 +14,16 @@ import pytest
 from drivers.agent import build_report
 from drivers.simulated import SimulatedDriver
 from extender.binder import InProcessBinder
-from extender.clock import ManualClock
 from extender.inventory import Inventory
 from extender.ledger import open_ledger
 from extender.namelists import ArgsDecoder, NameList
 from extender.plans import Plans
 from extender.pricing import load_pricebook
-from extender.protocol import encoder
 from extender.reorder import passing_positions, scores_by_id, scores_of
 from extender.scoring import policy_by_name
 from extender.service import SchedulingService, ServiceConfig
+from extender.wire.clock import ManualClock
+from extender.wire.protocol import encoder
 
 NODES = [f"node-{i:02d}" for i in range(40)]
 MANY = [f"node-{i:03d}" for i in range(300)]

@@ -1,6 +1,6 @@
 """kube-scheduler's arithmetic around the extender, as the evaluator models it.
 
-kube mode (what a real cluster does, PROTOCOL.md 1.2):
+kube mode (what a real cluster does, docs/protocol.md §1.5-1.6):
  1. in-tree Filter: the pod's allowed GPU models (NodeAffinity) and NodeResourcesFit on
     CPU/memory; it stops after numFeasibleNodesToFind feasible nodes (>= 100; else
     (50 - N/125)% of N, at least 5%), starting where the previous pod stopped.

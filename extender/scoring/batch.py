@@ -21,7 +21,6 @@ import numpy as np
 import numpy.typing as npt
 
 from extender.demand import GpuDemand
-from extender.scoring.compiled import kernel, warms
 from extender.scoring.model import Limits, NodeView
 
 Ints = npt.NDArray[np.int64]
@@ -29,7 +28,7 @@ Floats = npt.NDArray[np.float64]
 Bools = npt.NDArray[np.bool_]
 T = TypeVar("T", bound=np.generic)
 FAR = np.iinfo(np.int64).max // 4  # a sort key larger than any real MiB figure
-WHOLE = -1  # the ask of a whole-GPU demand or mix shape, where kernels take an integer
+WHOLE = -1  # the ask of a whole-GPU demand or mix shape, as the vectorised policies take it
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,67 +151,51 @@ def node_fill_after(b: GpuBatch, demand: GpuDemand, slots: Ints) -> Floats:
     )
 
 
-@kernel
-def unfit(fits):  # numba infers the types
-    """Positions of the nodes that do not fit, ascending. One compiled call: the filter
-    asks after every round of reports, where ``np.flatnonzero(~fits)``, two NumPy calls
-    with their code cold, cost ~25 µs for 100 nodes."""
-    out = np.empty(len(fits), dtype=np.int64)
-    n = 0
-    for i in range(len(fits)):
-        if not fits[i]:
-            out[n] = i
-            n += 1
-    return out[:n]
+def unfit(fits: Bools) -> Ints:
+    """Positions of the nodes that do not fit, ascending."""
+    return np.flatnonzero(~fits)
 
 
 def ask_of(demand: GpuDemand) -> int:
-    """The memory asked per GPU, or WHOLE: kernels take plain integers."""
+    """The memory asked per GPU, or WHOLE: the vectorised policies take plain integers."""
     return WHOLE if demand.memory_mib is None else int(demand.memory_mib)
 
 
-@kernel
-def _chosen_fill(total, committed, ask, slots):  # numba infers the types
-    out = np.zeros(slots.shape[1])
-    for n in range(slots.shape[1]):
-        out[n] = chosen_fill_at(total, committed, ask, slots, n, n)
-    return out
+def _chosen_fill(total: Ints, committed: Ints, ask: int, slots: Ints) -> Floats:
+    return chosen_fill_at(total, committed, ask, slots, np.arange(slots.shape[1]))
 
 
-@kernel
-def _node_fill(total, node_total, node_committed, ask, slots):  # numba infers the types
-    out = np.zeros(slots.shape[1])
-    for n in range(slots.shape[1]):
-        out[n] = node_fill_at(total, node_total, node_committed, ask, slots, n, n)
-    return out
+def _node_fill(
+    total: Ints, node_total: Ints, node_committed: Ints, ask: int, slots: Ints
+) -> Floats:
+    return node_fill_at(total, node_total, node_committed, ask, slots, np.arange(slots.shape[1]))
 
 
-@kernel
-def chosen_fill_at(total, committed, ask, slots, n, r):  # numba infers the types
-    """``policy.chosen_fill_after`` of row r, its chosen slots in column n of ``slots``
-    (kernels that read rows in place have n != r)."""
-    t, used = 0, 0
+def chosen_fill_at(total: Ints, committed: Ints, ask: int, slots: Ints, rows: Ints) -> Floats:
+    """``policy.chosen_fill_after`` of each row of ``rows``, its chosen slots in the same
+    column of ``slots`` ([count, len(rows)]). Integer sums in slot order, then one
+    division, as the per-node reference does."""
+    t = np.zeros(len(rows), np.int64)
+    used = np.zeros(len(rows), np.int64)
     for k in range(slots.shape[0]):
-        g = slots[k, n]
-        unit = total[g, r] if ask == WHOLE else ask
-        t += total[g, r]
-        used += min(total[g, r], committed[g, r] + unit)
-    return used / t if t > 0 else 0.0
+        tk = total[slots[k], rows]
+        t += tk
+        used += np.minimum(tk, committed[slots[k], rows] + (tk if ask == WHOLE else ask))
+    return _ratio(used, t)
 
 
-@kernel
-def node_fill_at(total, node_total, node_committed, ask, slots, n, r):  # numba infers types
-    """``policy.node_fill_after`` of row r, its chosen slots in column n of ``slots``."""
-    added = 0
+def node_fill_at(
+    total: Ints, node_total: Ints, node_committed: Ints, ask: int, slots: Ints, rows: Ints
+) -> Floats:
+    """``policy.node_fill_after`` of each row of ``rows``, its chosen slots in ``slots``."""
+    added = np.zeros(len(rows), np.int64)
     for k in range(slots.shape[0]):
-        added += total[slots[k, n], r] if ask == WHOLE else ask
-    t = node_total[r]
-    return min(1.0, (node_committed[r] + added) / t) if t > 0 else 0.0
+        added += total[slots[k], rows] if ask == WHOLE else ask
+    return np.minimum(1.0, _ratio(node_committed[rows] + added, node_total[rows]))
 
 
-@warms
-def _warm_up() -> None:
-    z, one = np.zeros((1, 1), dtype=np.int64), np.ones(1, dtype=np.int64)
-    _chosen_fill(z, z, 1, z)
-    _node_fill(z, one, one, 1, z)
-    unfit(np.ones(1, dtype=bool))
+def _ratio(part: Ints, whole: Ints) -> Floats:
+    """part / whole, 0 where whole is 0."""
+    out = np.zeros(len(whole))
+    np.divide(part, whole, out=out, where=whole > 0)
+    return out

@@ -3,7 +3,7 @@
 cost(n) = (p_max - p(n)) / (p_max - p_min)   over the candidate nodes, p = $/GPU-GiB-hour
 A node whose price is unknown gets 0.5 (neither rewarded nor punished); when every
 candidate costs the same, all get 1. ``framework.blended_array`` applies it to thousands
-of candidates per pod inside its compiled loop, so the formula is a kernel too.
+of candidates per pod at once, so the formula takes arrays as well as single prices.
 """
 
 from __future__ import annotations
@@ -14,17 +14,13 @@ from collections.abc import Mapping
 import numpy as np
 import numpy.typing as npt
 
-from extender.scoring.compiled import kernel
-
 Floats = npt.NDArray[np.float64]
 
 
-@kernel
-def cost_of(price, p_min, p_max):  # numba infers the types
-    """cost(n) for one price (NaN: unknown) given the candidates' known price range."""
-    if np.isnan(price):
-        return 0.5
-    return (p_max - price) / (p_max - p_min) if p_max > p_min else 1.0
+def cost_of(price: Floats | float, p_min: float, p_max: float) -> Floats | float:
+    """cost(n) for each price (NaN: unknown) given the candidates' known price range."""
+    known = (p_max - price) / (p_max - p_min) if p_max > p_min else np.ones_like(price)
+    return np.where(np.isnan(price), 0.5, known)
 
 
 def cost_terms(prices: Mapping[str, float | None]) -> dict[str, float]:

@@ -16,13 +16,12 @@ import numpy as np
 import numpy.typing as npt
 
 from extender.demand import CapacityPref, GpuDemand
-from extender.protocol import MAX_PRIORITY
 from extender.scoring.batch import GpuBatch, Ints
-from extender.scoring.compiled import kernel, warms
 from extender.scoring.cost import Floats, cost_of
 from extender.scoring.fit import fitting_gpus, shortfall_reason
 from extender.scoring.model import GpuView, NodeView
 from extender.scoring.policy import Context, Policy, RowEvaluator
+from extender.wire.protocol import MAX_PRIORITY
 
 SPOT = "spot"
 Bools = npt.NDArray[np.bool_]
@@ -97,7 +96,7 @@ def evaluate_rows(
     order: Ints | None = None,
 ) -> tuple[Bools, Floats]:
     """``evaluate_batch`` for these rows of the batch (-1: an unavailable node, which never
-    fits), for plain demands. A policy with a compiled evaluation reads them in place;
+    fits), for plain demands. A policy with a vectorised evaluation reads them in place;
     for the others they are taken first. ``order``: positions that read the rows in
     ascending order (``NodeColumns.ascending``), read so and answered in ``rows``' order."""
     if order is not None:
@@ -112,12 +111,10 @@ def evaluate_rows(
     return fits, raw
 
 
-@kernel
 def _unsorted(order: Ints, fits: Bools, raw: Floats) -> tuple[Bools, Floats]:
     """Results read in ``order`` put back where their rows were."""
     out_fits, out_raw = np.empty_like(fits), np.empty_like(raw)
-    for k in range(len(order)):
-        out_fits[order[k]], out_raw[order[k]] = fits[k], raw[k]
+    out_fits[order], out_raw[order] = fits, raw
     return out_fits, out_raw
 
 
@@ -136,40 +133,23 @@ def _never_fits(node: NodeView, demand: GpuDemand, ctx: Context) -> bool:
 def blended_array(raw: Floats, fits: Bools, prices: Floats, weights: Weights) -> Floats:
     """b(n) in 0..1 for each node (NaN where it does not fit): the policy's raw score
     min-max normalised over the fitting nodes (all 1 when equal), blended with the cost
-    term (``cost.cost_of`` over the fitting nodes) by the weights. Compiled: the
-    filter does this for every candidate, and again after every report round."""
-    return blend_kernel(raw, fits, prices, float(weights.policy), float(weights.cost))
+    term (``cost.cost_of`` over the fitting nodes) by the weights."""
+    return blend(raw, fits, prices, float(weights.policy), float(weights.cost))
 
 
-@kernel
-def blend_kernel(raw, fits, prices, w_policy, w_cost):  # numba infers the types
-    """``blended_array``'s body, for kernels that blend and go on."""
+def blend(raw: Floats, fits: Bools, prices: Floats, w_policy: float, w_cost: float) -> Floats:
+    """``blended_array`` with the weights as plain floats."""
     out = np.full(raw.shape[0], np.nan)
-    lo, hi, p_lo, p_hi, any_fit = np.inf, -np.inf, np.inf, -np.inf, False
-    for i in range(raw.shape[0]):
-        if fits[i]:
-            any_fit = True
-            lo, hi = min(lo, raw[i]), max(hi, raw[i])
-            if not np.isnan(prices[i]):
-                p_lo, p_hi = min(p_lo, prices[i]), max(p_hi, prices[i])
-    if not any_fit:
+    if not fits.any():
         return out
-    for i in range(raw.shape[0]):
-        if fits[i]:
-            policy = (raw[i] - lo) / (hi - lo) if hi > lo else 1.0
-            cost = cost_of(prices[i], p_lo, p_hi)
-            out[i] = (w_policy * policy + w_cost * cost) / (w_policy + w_cost)
+    raw_fit, price_fit = raw[fits], prices[fits]
+    lo, hi = raw_fit.min(), raw_fit.max()
+    known = price_fit[~np.isnan(price_fit)]
+    p_lo, p_hi = (known.min(), known.max()) if known.size else (np.inf, -np.inf)
+    policy = (raw_fit - lo) / (hi - lo) if hi > lo else np.ones_like(raw_fit)
+    cost = cost_of(price_fit, p_lo, p_hi)
+    out[fits] = (w_policy * policy + w_cost * cost) / (w_policy + w_cost)
     return out
-
-
-@warms
-def _warm_up() -> None:
-    blended_array(np.zeros(1), np.ones(1, dtype=bool), np.zeros(1), Weights())
-    priority_array(np.zeros(1), np.ones(1, dtype=bool), np.zeros(1), Weights())
-    priority_array(
-        np.zeros(1), np.ones(1, dtype=bool), np.zeros(1), Weights(), np.zeros(1, dtype=np.int64)
-    )
-    _unsorted(np.zeros(1, dtype=np.int64), np.ones(1, dtype=bool), np.zeros(1))
 
 
 def as_arrays(
@@ -197,27 +177,14 @@ def priority_array(
 ) -> Ints:
     """Integer 0..10 per node, round(10 * b(n)) (half to even, as Python's round); nodes
     that do not fit get 0. Of the nodes at positions ``at`` only, when given (the nodes a
-    filter passed: blended among themselves). One compiled call: as the five NumPy calls
-    it was, it cost ~70 µs for the few nodes a filter passes when they came cold, after a
-    report round; taking them out first cost three more."""
+    filter passed: blended among themselves)."""
     w_policy, w_cost = float(weights.policy), float(weights.cost)
-    if at is None:
-        return _priorities(raw, fits, prices, w_policy, w_cost, float(MAX_PRIORITY))
-    return _priorities_at(raw, fits, prices, at, w_policy, w_cost, float(MAX_PRIORITY))
-
-
-@kernel
-def _priorities_at(raw, fits, prices, at, w_policy, w_cost, top):  # numba infers the types
-    return _priorities(raw[at], fits[at], prices[at], w_policy, w_cost, top)
-
-
-@kernel
-def _priorities(raw, fits, prices, w_policy, w_cost, top):  # numba infers the types
-    b = blend_kernel(raw, fits, prices, w_policy, w_cost)
+    if at is not None:
+        raw, fits, prices = raw[at], fits[at], prices[at]
+    b = blend(raw, fits, prices, w_policy, w_cost)
+    top = float(MAX_PRIORITY)
     out = np.zeros(raw.shape[0], dtype=np.int64)
-    for i in range(raw.shape[0]):
-        if fits[i]:
-            out[i] = int(min(max(np.rint(top * b[i]), 0.0), top))  # rint: half to even
+    out[fits] = np.clip(np.rint(top * b[fits]), 0.0, top)  # rint: half to even
     return out
 
 

@@ -49,7 +49,7 @@ class Policy(Protocol):
 
 
 class RowEvaluator(Protocol):
-    """What a policy with a compiled evaluation adds: ``evaluate_batch`` for some rows of
+    """What a policy with a vectorised evaluation adds: ``evaluate_batch`` for some rows of
     a batch, read in place (no ``take``) — the filter evaluates rows of the inventory's
     columns. Optional: the framework takes the rows for policies without it."""
 

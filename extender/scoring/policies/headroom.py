@@ -82,7 +82,7 @@ class Headroom:
     def score_batch(
         self, b: nb.GpuBatch, demand: GpuDemand, hold: nb.Bools, ctx: Context
     ) -> nb.Floats:
-        return self.evaluate_rows(b, None, demand, ctx)[1]  # hold: the kernel's own test
+        return self.evaluate_rows(b, None, demand, ctx)[1]  # hold: its own test
 
     def evaluate_rows(
         self, b: nb.GpuBatch, rows: nb.Ints | None, demand: GpuDemand, ctx: Context
