@@ -15,7 +15,14 @@ from fastapi import FastAPI
 
 from extender.auth import Authenticator, TokenFile
 from extender.binder import Binder, InProcessBinder
-from extender.clock import Clock, SystemClock
+from extender.connections import (
+    BACKLOG,
+    ConnectionCap,
+    connection_cap,
+    guarded_protocol,
+    quiet_accept_errors,
+    raise_file_limit,
+)
 from extender.inventory import Inventory
 from extender.kube.binder import KubeBinder
 from extender.kube.client import api_client
@@ -26,13 +33,13 @@ from extender.metrics import attach_ledger
 from extender.pricing import load_pricebook
 from extender.runtime import tune_runtime
 from extender.scoring import Limits, Weights, policy_by_name
-from extender.scoring.compiled import warm_up
 from extender.server import create_app
 from extender.service import SchedulingService, ServiceConfig
 from extender.settings import Settings
-from extender.tls import CertReloader, files_present
 from extender.tokenreview import TokenReviewer
 from extender.webhook import WebhookPolicy
+from extender.wire.clock import Clock, SystemClock
+from extender.wire.tls import CertReloader, files_present
 
 log = logging.getLogger("headroom.app")
 
@@ -61,6 +68,7 @@ def build(settings: Settings, clock: Clock | None = None, binder: Binder | None 
         refresh_shapes=settings.refresh_shapes,
         refresh_window=settings.refresh_window,
         bind_wait=settings.bind_wait,
+        ledger_deadline=settings.ledger_timeout + 0.5,  # the database's own timeouts first
     )
     service = SchedulingService(
         inventory,
@@ -71,7 +79,6 @@ def build(settings: Settings, clock: Clock | None = None, binder: Binder | None 
         config,
     )
     service.rebuild()
-    warm_up()  # the compiled scoring kernels, before the first request needs them
     attach_ledger(lambda: service.ledger, clock)
     sync = None
     if api is not None:
@@ -82,8 +89,18 @@ def build(settings: Settings, clock: Clock | None = None, binder: Binder | None 
         service,
         max_body_bytes=settings.max_body_bytes,
         max_nodes=settings.max_nodes_per_request,
+        max_bind_body_bytes=settings.max_bind_body_bytes,
+        max_preempt_body_bytes=settings.max_preempt_body_bytes,
+        body_budget_bytes=settings.body_budget_bytes,
+        body_timeout_s=settings.body_timeout_s,
+        scheduler_verbs=settings.scheduler_verbs,
         auth=authenticator(settings, api),
-        audit_token=TokenFile(settings.audit_token_file) if settings.audit_token_file else None,
+        # a missing file refuses every reader until it appears (an optional Secret)
+        audit_token=(
+            TokenFile(settings.audit_token_file, optional=True)
+            if settings.audit_token_file
+            else None
+        ),
         ready=(lambda: sync.wait_synced(0)) if sync else (lambda: True),
         webhook=WebhookPolicy(
             mode=settings.webhook_mode,
@@ -123,7 +140,12 @@ class _Server(uvicorn.Server):
         return contextlib.nullcontext()
 
 
-def _config(app: FastAPI, settings: Settings, port: int) -> uvicorn.Config:
+def _config(
+    app: FastAPI, settings: Settings, port: int, cap: ConnectionCap | None = None
+) -> uvicorn.Config:
+    """Both listeners share ``cap`` (open connections) and the timeouts. No proxy
+    headers: nothing sits in front, and the scheduler verbs trust a loopback peer."""
+    cap = cap or ConnectionCap(connection_cap(settings.max_connections, raise_file_limit()))
     return uvicorn.Config(
         app,
         host=settings.host,
@@ -131,6 +153,10 @@ def _config(app: FastAPI, settings: Settings, port: int) -> uvicorn.Config:
         log_level=settings.log_level,
         access_log=False,
         lifespan="off",
+        proxy_headers=False,
+        backlog=BACKLOG,
+        timeout_keep_alive=max(1, round(settings.idle_timeout_s)),
+        http=guarded_protocol(cap, settings.idle_timeout_s, settings.header_timeout_s),
     )
 
 
@@ -142,7 +168,20 @@ async def serve(built: Built, settings: Settings) -> None:
     reloads them whenever they change. SIGTERM/SIGINT stop both listeners.
     """
     tune_runtime()
-    plain = _Server(_config(built.app, settings, settings.port))
+    quiet_accept_errors()
+    cap = ConnectionCap(connection_cap(settings.max_connections, raise_file_limit()))
+    log.info(
+        "HTTP edge",
+        extra={
+            "max_connections": cap.cap,
+            "idle_timeout_s": settings.idle_timeout_s,
+            "header_timeout_s": settings.header_timeout_s,
+            "body_timeout_s": settings.body_timeout_s,
+            "body_budget_bytes": built.app.state.edge.budget.limit,
+            "scheduler_verbs": settings.scheduler_verbs,
+        },
+    )
+    plain = _Server(_config(built.app, settings, settings.port, cap))
     servers = [plain]
     stop = threading.Event()
     loop = asyncio.get_running_loop()
@@ -157,7 +196,7 @@ async def serve(built: Built, settings: Settings) -> None:
             loop.add_signal_handler(sig, shutdown)
     tasks = [asyncio.ensure_future(plain.serve())]
     if settings.tls_port is not None:
-        tasks.append(asyncio.ensure_future(_serve_tls(built, settings, servers, stop)))
+        tasks.append(asyncio.ensure_future(_serve_tls(built, settings, servers, stop, cap)))
     try:
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         shutdown()
@@ -171,7 +210,11 @@ async def serve(built: Built, settings: Settings) -> None:
 
 
 async def _serve_tls(
-    built: Built, settings: Settings, servers: list[_Server], stop: threading.Event
+    built: Built,
+    settings: Settings,
+    servers: list[_Server],
+    stop: threading.Event,
+    cap: ConnectionCap,
 ) -> None:
     cert, key = settings.tls_cert_file, settings.tls_key_file
     if not cert or not key:
@@ -190,7 +233,7 @@ async def _serve_tls(
     reloader = CertReloader(cert, key)
     reloader.watch(stop, settings.tls_reload_s)
     assert settings.tls_port is not None
-    config = _config(built.app, settings, settings.tls_port)
+    config = _config(built.app, settings, settings.tls_port, cap)
     config.load()
     config.ssl = reloader.context  # uvicorn passes config.ssl to create_server
     server = _Server(config)

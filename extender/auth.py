@@ -16,12 +16,19 @@ from extender.tokenreview import Identity, Refused, TokenReviewer
 
 
 class TokenFile:
-    def __init__(self, path: str) -> None:
+    """``optional``: the file may be missing (an optional Secret not created yet); until
+    it appears no token matches, so what it guards stays closed, not open."""
+
+    def __init__(self, path: str, optional: bool = False) -> None:
         self._path = path
         self._mtime: float | None = None
         self._token = b""
         self._lock = threading.Lock()
-        self._load()
+        try:
+            self._load()
+        except FileNotFoundError:
+            if not optional:
+                raise
 
     def _load(self) -> None:
         mtime = os.stat(self._path).st_mtime
@@ -36,7 +43,7 @@ class TokenFile:
         with self._lock:
             with contextlib.suppress(OSError, ValueError):
                 self._load()  # on failure keep the last good token
-            return hmac.compare_digest(presented.encode(), self._token)
+            return bool(self._token) and hmac.compare_digest(presented.encode(), self._token)
 
 
 def bearer(header: str | None) -> str | None:

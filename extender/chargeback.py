@@ -134,21 +134,27 @@ def parse_group_by(value: str) -> str:
     raise ValueError(f"unknown grouping {value!r}; use one of {allowed}")
 
 
+LAST_SECOND = 253_402_300_799  # 9999-12-31T23:59:59Z
+
+
 def parse_timestamp(value: str) -> float:
-    """RFC3339 (offset or Z required) or Unix seconds; ``ValueError`` otherwise."""
+    """RFC3339 (offset or Z required) or Unix seconds between 1970 and 9999 (what dates
+    can show); ``ValueError`` otherwise, quoting at most 40 characters of the input."""
     try:
         t = float(value)
     except ValueError:
         t = math.nan
     if math.isfinite(t):
+        if not 0 <= t <= LAST_SECOND:
+            raise ValueError(f"unix seconds out of range (0..{LAST_SECOND}): {value[:40]!r}")
         return t
     try:
         dt = datetime.fromisoformat(value)
     except ValueError:
         dt = None
     if dt is None or dt.tzinfo is None or "T" not in value.upper():
-        raise ValueError(f"not RFC3339 or unix seconds: {value!r}")
-    return dt.timestamp()
+        raise ValueError(f"not RFC3339 or unix seconds: {value[:40]!r}")
+    return min(max(dt.timestamp(), 0.0), float(LAST_SECOND))
 
 
 def dec_time(t: float) -> Decimal:

@@ -16,6 +16,15 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", help="listen address (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="listen port (default 8888)")
     p.add_argument("--db", help="ledger: SQLite path or postgresql:// DSN (default headroom.db)")
+    p.add_argument(
+        "--ledger-timeout",
+        type=float,
+        help="bound on each ledger wait: connect, statement, lock, SQLite busy (3 s; keep it "
+        "below kube-scheduler's extender httpTimeout)",
+    )
+    p.add_argument(
+        "--bind-wait", type=float, help="how long a retried bind waits for the first (4 s)"
+    )
     p.add_argument("--policy", choices=sorted(POLICIES), help="placement policy (default headroom)")
     p.add_argument("--cost-weight", type=float, help="weight of the cost term (default 1)")
     p.add_argument("--stale-after", type=float, help="seconds before a report is stale (30)")
@@ -71,16 +80,44 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
         "or only warn (default deny)",
     )
     p.add_argument("--webhook-exempt-namespaces", help="comma-separated (default kube-system)")
+    _edge_flags(p)
     p.add_argument("--log-level", help="debug, info, warning, error")
     p.set_defaults(func=_serve)
+
+
+def _edge_flags(p: argparse.ArgumentParser) -> None:
+    """Limits at the HTTP edge (docs/reliability.md); defaults in extender/settings.py."""
+    p.add_argument(
+        "--scheduler-verbs",
+        choices=("loopback", "any"),
+        help="who may call filter/prioritize/bind/preempt without the shared token "
+        "(default loopback: the kube-scheduler beside the extender)",
+    )
+    p.add_argument("--max-body-bytes", type=int, help="filter/prioritize body limit (64 MiB)")
+    p.add_argument("--max-bind-body-bytes", type=int, help="bind body limit (64 KiB)")
+    p.add_argument("--max-preempt-body-bytes", type=int, help="preempt body limit (32 MiB)")
+    p.add_argument(
+        "--body-budget-bytes",
+        type=int,
+        help="memory for request bodies over 64 KiB in flight, each counted twice "
+        "(256 MiB); beyond it: 503",
+    )
+    p.add_argument("--max-connections", type=int, help="open connections (0: automatic)")
+    p.add_argument(
+        "--idle-timeout", dest="idle_timeout_s", type=float, help="idle connection (5 s)"
+    )
+    p.add_argument(
+        "--header-timeout", dest="header_timeout_s", type=float, help="request headers (10 s)"
+    )
+    p.add_argument("--body-timeout", dest="body_timeout_s", type=float, help="request body (30 s)")
 
 
 def _serve(args: argparse.Namespace) -> int:
     import asyncio
 
     from extender.app import build, serve
-    from extender.logs import setup_logging
     from extender.settings import Settings
+    from extender.wire.logs import setup_logging
 
     overrides = {k: v for k, v in vars(args).items() if v is not None and k not in ("func", "cmd")}
     settings = Settings(**overrides)

@@ -11,13 +11,16 @@ types) so clients and the property-based fuzzing in tests/reliability see them.
 Writes (agent reports, release) need an identity (extender.auth.Authenticator): the
 shared token, or an agent's TokenReview-checked ServiceAccount token, which may only
 report for the node its pod runs on. The read-only audit API can require a token.
+Who may call what on which listener, and body limits, are decided in ``extender.edge``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any, Protocol
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Literal
 
 import msgspec
 from fastapi import Depends, FastAPI, HTTPException, Request
@@ -29,10 +32,25 @@ from extender import __version__
 from extender.allocation import LedgerUnavailable
 from extender.audit import audit_router
 from extender.auth import Authenticator, TokenFile, bearer
+from extender.bounds import (
+    MAX_UID,
+    Decoder,
+    Invalid,
+    check_args,
+    check_binding,
+    check_preemption,
+    safe_decode,
+)
+from extender.edge import BodyBudget, Edge, EdgePolicy, route_limits
 from extender.inventory import ReportRefused
 from extender.metrics import metrics_response
 from extender.namelists import ArgsDecoder, NameList
-from extender.protocol import (
+from extender.runtime import collect_due
+from extender.service import SchedulingService
+from extender.tokenreview import Identity, Refused, ReviewUnavailable
+from extender.webhook import WebhookPolicy, webhook_router
+from extender.wire.logs import RateLimitedLog
+from extender.wire.protocol import (
     ExtenderArgs,
     ExtenderBindingArgs,
     ExtenderBindingResult,
@@ -45,139 +63,27 @@ from extender.protocol import (
     encoder,
     preemption_decoder,
 )
-from extender.reports import (
+from extender.wire.report import (
     MAX_REPORT_BYTES,
     NodeReport,
     ReportResponse,
     report_decoder,
     validate_report,
 )
-from extender.runtime import collect_due
-from extender.service import SchedulingService
-from extender.tokenreview import Identity, Refused, ReviewUnavailable
-from extender.webhook import WebhookPolicy, webhook_router
 
 log = logging.getLogger("headroom.server")
+# one line per window, not one per refused bind, while the ledger is down
+ledger_down_log = RateLimitedLog(log, every_s=10.0)
 JSON = "application/json"
-
-
-MAX_NAME = 253  # a Kubernetes object name (DNS subdomain) is at most 253 characters
-MAX_UID = 128
+# kube-scheduler binds pods concurrently (its binding cycles run apart from scheduling);
+# the ledger takes one writer at a time, so more threads would only wait longer
+BIND_WORKERS = 16
+READY_PROBE_S = 2.0  # a readiness probe's own timeout is usually 1-5 s
 
 
 class BodyTooLarge(Exception):
     def __init__(self, limit: int) -> None:
         super().__init__(f"request body exceeds {limit} bytes")
-
-
-class Invalid(Exception):
-    """A decoded request that breaks a bound; answered with ``status`` and the message."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class BodyLimit:
-    """Pure ASGI middleware: no route (the webhook and audit API too) reads more than
-    ``limit`` bytes, declared or streamed (chunked). Pure ASGI, not BaseHTTPMiddleware,
-    to keep the scheduler verbs' hot path free of a per-request task."""
-
-    def __init__(self, app: Any, limit: int) -> None:
-        self.app, self.limit = app, limit
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        for key, value in scope.get("headers", ()):
-            if key == b"content-length" and value.isdigit() and int(value) > self.limit:
-                body = encoder.encode({"Error": str(BodyTooLarge(self.limit))})
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 413,
-                        "headers": [
-                            (b"content-type", JSON.encode()),
-                            (b"content-length", str(len(body)).encode()),
-                        ],
-                    }
-                )
-                await send({"type": "http.response.body", "body": body})
-                return
-        seen = 0
-
-        async def counted() -> Any:
-            nonlocal seen
-            message = await receive()
-            seen += len(message.get("body", b""))
-            if seen > self.limit:
-                raise BodyTooLarge(self.limit)
-            return message
-
-        await self.app(scope, counted, send)
-
-
-class Decoder(Protocol):
-    """A msgspec decoder, or one that wraps it (``ArgsDecoder``)."""
-
-    def decode(self, body: bytes, /) -> Any: ...
-
-
-def safe_decode(decoder: Decoder, body: bytes) -> Any:
-    """``decoder.decode`` that answers 400 for nesting deep enough to exhaust the stack
-    (msgspec raises RecursionError while skipping deeply nested unknown fields)."""
-    try:
-        return decoder.decode(body)
-    except RecursionError:
-        raise Invalid(400, "malformed request: JSON nested too deeply") from None
-
-
-def check_args(args: ExtenderArgs, max_nodes: int) -> None:
-    """Bounds on a filter/prioritize body before the service sees it."""
-    if args.Nodes is not None and args.NodeNames is not None:
-        # kube-scheduler sends one (NodeNames when nodeCacheCapable): with both, which
-        # list a filter reply would echo is a guess, and a reply echoing the wrong one
-        # indexed an empty Nodes list (found by tests/reliability/test_fuzz_bodies.py)
-        raise Invalid(
-            400,
-            "request has both Nodes and NodeNames; send one (NodeNames "
-            "when the extender is nodeCacheCapable, else Nodes)",
-        )
-    names = args.NodeNames or []  # each 1..253 characters: checked by the decoder
-    count = len(names) + (len(args.Nodes.items) if args.Nodes is not None else 0)
-    if count > max_nodes:
-        raise Invalid(413, f"{count} nodes in one request is more than the limit of {max_nodes}")
-    if args.Pod is not None:
-        meta = args.Pod.metadata
-        if len(meta.name) > MAX_NAME or len(meta.namespace) > MAX_NAME or len(meta.uid) > MAX_UID:
-            raise Invalid(
-                400,
-                f"Pod.metadata: name/namespace at most {MAX_NAME} characters, "
-                f"uid at most {MAX_UID}",
-            )
-
-
-def check_binding(args: ExtenderBindingArgs) -> None:
-    fields = ("PodName", "PodNamespace", "PodUID", "Node")
-    missing = [f for f in fields if not getattr(args, f)]
-    if missing:
-        raise Invalid(400, f"malformed bind request: missing {', '.join(missing)}")
-    if (
-        max(len(args.PodName), len(args.PodNamespace), len(args.Node)) > MAX_NAME
-        or len(args.PodUID) > MAX_UID
-    ):
-        raise Invalid(
-            400,
-            f"malformed bind request: names at most {MAX_NAME} characters, "
-            f"PodUID at most {MAX_UID}",
-        )
-
-
-def check_preemption(args: ExtenderPreemptionArgs, max_nodes: int) -> None:
-    count = len(args.NodeNameToVictims or {}) + len(args.NodeNameToMetaVictims or {})
-    if count > max_nodes:
-        raise Invalid(413, f"{count} candidate nodes is more than the limit of {max_nodes}")
 
 
 def _body_schema(t: type, components: dict[str, Any]) -> dict[str, Any]:
@@ -225,6 +131,11 @@ def create_app(
     *,
     max_body_bytes: int = 64 * 1024 * 1024,
     max_nodes: int = 50_000,
+    max_bind_body_bytes: int = 64 * 1024,
+    max_preempt_body_bytes: int = 32 * 1024 * 1024,
+    body_budget_bytes: int = 256 * 1024 * 1024,
+    body_timeout_s: float = 30.0,
+    scheduler_verbs: Literal["loopback", "any"] = "loopback",
     agent_token: TokenFile | None = None,
     allow_unauthenticated_reports: bool = False,
     auth: Authenticator | None = None,
@@ -233,6 +144,8 @@ def create_app(
     webhook: WebhookPolicy | None = None,
 ) -> FastAPI:
     app = FastAPI(title="headroom extender", version=__version__)
+    bind_pool = ThreadPoolExecutor(max_workers=BIND_WORKERS, thread_name_prefix="bind")
+    probe_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ready-probe")
     app.include_router(webhook_router(webhook or WebhookPolicy()))
     writers = auth or Authenticator(agent_token, None, allow_unauthenticated_reports)
     components: dict[str, Any] = {}
@@ -246,7 +159,18 @@ def create_app(
         # a JSON parser (the webhook's json.loads too) ran out of stack on nesting
         return _error(400, "malformed request: JSON nested too deeply")
 
-    app.add_middleware(BodyLimit, limit=max_body_bytes)
+    limits = route_limits(max_body_bytes, max_bind_body_bytes, max_preempt_body_bytes)
+    shared = writers.shared
+    app.state.edge = EdgePolicy(
+        route_limits=limits,
+        # the largest body any route takes always fits
+        budget=BodyBudget(max(body_budget_bytes, BodyBudget.HELD * max(limits.values()))),
+        body_timeout_s=body_timeout_s,
+        scheduler_verbs=scheduler_verbs,
+        scheduler_token=shared.matches if shared is not None else None,
+        audit_token=audit_token.matches if audit_token is not None else None,
+    )
+    app.add_middleware(Edge, policy=app.state.edge)
 
     @app.exception_handler(OverflowError)
     async def _overflow(_: Request, e: OverflowError) -> Response:
@@ -259,7 +183,7 @@ def create_app(
 
     @app.exception_handler(LedgerUnavailable)
     async def _ledger_down(_: Request, e: LedgerUnavailable) -> Response:
-        log.error("ledger unavailable", extra={"error": str(e)[:300]})
+        ledger_down_log.error("ledger unavailable", extra={"error": str(e)[:300]})
         return _error(503, f"ledger unavailable: {e}")
 
     # candidate lists decoded once, then recognised by bytes
@@ -333,8 +257,11 @@ def create_app(
         responses=_responses(ExtenderBindingResult, components),
     )
     async def bind(request: Request) -> Response:
-        # the ledger write and the API call block: run them off the event loop
-        response = await run_in_threadpool(bind_sync, await read_body(request, max_body_bytes))
+        # the ledger write and the API call block: run them off the event loop, in binds'
+        # own threads, so binds stuck on a slow database never starve other routes
+        body = await read_body(request, max_bind_body_bytes)
+        loop = asyncio.get_running_loop()
+        response = await loop.run_in_executor(bind_pool, bind_sync, body)
         response.background = BackgroundTask(refresh_plans)  # the bound node changed
         return response
 
@@ -346,7 +273,7 @@ def create_app(
     )
     async def preempt(request: Request) -> Response:
         try:
-            args = await decode(request, preemption_decoder, max_body_bytes)
+            args = await decode(request, preemption_decoder, max_preempt_body_bytes)
             check_preemption(args, max_nodes)  # type: ignore[arg-type]
             result = service.preempt(args)  # type: ignore[arg-type]
         except (msgspec.DecodeError, msgspec.ValidationError) as e:
@@ -455,14 +382,25 @@ def create_app(
         return Response(body, media_type=content_type)
 
     @app.get("/healthz")
-    def healthz() -> dict[str, str]:
+    async def healthz() -> dict[str, str]:
+        """Liveness, on the event loop: it answers whatever the ledger or binds are doing."""
         return {"status": "ok"}
 
     @app.get("/readyz")
-    def readyz() -> Response:
-        if ready():
-            return JSONResponse({"status": "ready"})
-        return JSONResponse({"status": "not ready"}, status_code=503)
+    async def readyz() -> Response:
+        """Readiness: synced with the cluster and the ledger answering. The ledger is asked
+        in a thread of its own, bounded, so a stuck database makes this say so in time."""
+        if not ready():
+            return JSONResponse({"status": "not ready", "reason": "not synced"}, 503)
+        loop = asyncio.get_running_loop()
+        try:
+            await asyncio.wait_for(
+                loop.run_in_executor(probe_pool, service.ledger.ping), READY_PROBE_S
+            )
+        except Exception as e:  # timeout, LedgerUnavailable
+            reason = f"ledger unavailable: {str(e) or type(e).__name__}"
+            return JSONResponse({"status": "not ready", "reason": reason[:300]}, 503)
+        return JSONResponse({"status": "ready"})
 
     _openapi = app.openapi
 

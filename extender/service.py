@@ -10,9 +10,11 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Hashable, Iterable, Sequence
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import cast
+from typing import Any, cast
 
 import msgspec
 import numpy as np
@@ -28,7 +30,7 @@ from extender.allocation import (
     Sharing,
 )
 from extender.binder import Binder, BindError
-from extender.clock import Clock
+from extender.deadline import Deadline
 from extender.demand import DemandError, GpuDemand, demand_of
 from extender.dra.feasibility import DeviceKey, claim_fits, current_devices, device_uuid
 from extender.dra.ingest import decisions_from_claim
@@ -46,7 +48,22 @@ from extender.nodecache import NodeObjectCache
 from extender.plans import Evaluate, Failure, Outcome, Plan, Plans
 from extender.podcache import PodCache, SeenPod
 from extender.pricing import NodePrice
-from extender.protocol import (
+from extender.reorder import passing_positions, scores_by_id, scores_of
+from extender.scoring import Context, Evaluation, Limits, Policy, Weights, evaluate
+from extender.scoring.batch import Ints, unfit
+from extender.scoring.framework import (
+    as_arrays,
+    evaluate_rows,
+    priority_array,
+)
+from extender.scoring.model import GpuView, NodeView
+from extender.scoring.narrowing import passing as narrowed
+from extender.throttle import DiscrepancyThrottle
+from extender.usage import Discrepancy, discrepancies, observations
+from extender.wire.annotations import ANN_GPU_MEMORY_MIB, ANN_GPU_UUIDS
+from extender.wire.clock import Clock
+from extender.wire.logs import RateLimitedLog
+from extender.wire.protocol import (
     ExtenderArgs,
     ExtenderBindingArgs,
     ExtenderBindingResult,
@@ -59,26 +76,12 @@ from extender.protocol import (
     Pod,
     encoder,
 )
-from extender.reorder import passing_positions, scores_by_id, scores_of
-from extender.reports import NodeReport, ReportResponse
-from extender.scoring import Context, Evaluation, Limits, Policy, Weights, evaluate
-from extender.scoring.batch import Ints, unfit
-from extender.scoring.compiled import equal
-from extender.scoring.framework import (
-    as_arrays,
-    evaluate_rows,
-    priority_array,
-)
-from extender.scoring.model import GpuView, NodeView
-from extender.scoring.narrowing import passing as narrowed
-from extender.throttle import DiscrepancyThrottle
-from extender.usage import Discrepancy, discrepancies, observations
+from extender.wire.report import NodeReport, ReportResponse
 from extender.workload import WorkloadMix
 
 log = logging.getLogger("headroom.service")
-
-ANN_GPU_UUIDS = "headroom.dev/gpu-uuids"
-ANN_GPU_MEMORY_MIB = "headroom.dev/gpu-memory-mib"
+# during a database outage every refused bind would log an ERROR: one per 10 s instead
+ledger_failed_log = RateLimitedLog(log, every_s=10.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +95,8 @@ class ServiceConfig:
     # a second bind of a pod waits this long for the first (below the scheduler's 5 s
     # extender httpTimeout, so the wait itself is answered before the scheduler gives up)
     bind_wait: float = 4.0
+    # the bind path's ledger calls answer within this even if the database is frozen
+    ledger_deadline: float = 3.5
 
 
 def pod_ref(pod: Pod) -> PodRef:
@@ -147,7 +152,9 @@ class SchedulingService:
         self._binding = InFlight()  # one bind per pod at a time (extender/inflight.py)
         # pods whose reservation is held although the ledger's answer was lost: the next
         # bind of the pod asks the ledger what happened before doing anything else
-        self._unsettled: set[str] = set()
+        # (the call still running when it timed out, if any: settled only once it is done)
+        self._unsettled: dict[str, Future[Any] | None] = {}
+        self._in_time = Deadline(config.ledger_deadline).call  # see extender/deadline.py
 
     # --- startup -----------------------------------------------------------------------
 
@@ -338,7 +345,7 @@ class SchedulingService:
         ):
             return _encoded(list(map(HostPriority, names, scores.tolist())))
         last = self._last_scores
-        if last is not None and same_ids(last[0], names) and equal(last[1], scores):
+        if last is not None and same_ids(last[0], names) and np.array_equal(last[1], scores):
             return last[2]
         reply = msgspec.Raw(scores_json(self.names, names.ids, scores))
         self._last_scores = (names, scores, reply)
@@ -586,7 +593,7 @@ class SchedulingService:
             result = self._bind_only(args, _annotations(existing))
             if not result.Error:  # a retry after a restart: the row may still say reserved
                 with contextlib.suppress(Exception):
-                    self.ledger.mark_bound(args.PodUID, self.clock.now())
+                    self._in_time(self.ledger.mark_bound, args.PodUID, self.clock.now())
             return result
         try:
             decision, grants = self._decide(seen, args.Node)
@@ -600,13 +607,21 @@ class SchedulingService:
         none means it never happened (the reservation is freed). "" when settled."""
         if uid not in self._unsettled:
             return ""
+        pending = self._unsettled[uid]
+        if pending is not None:  # the write itself must finish before the ledger can say
+            try:
+                pending.result(timeout=self.config.ledger_deadline)
+            except FutureTimeout:
+                return "ledger unavailable, bind refused: an earlier write still has no answer"
+            except Exception:
+                pass  # it failed: the ledger says below whether anything was written
         try:
-            recorded = any(a.ended_at is None for a in self.ledger.for_pod(uid))
+            recorded = any(a.ended_at is None for a in self._in_time(self.ledger.for_pod, uid))
         except Exception as e:
             return f"ledger unavailable, bind refused: {e}"
         if not recorded:
             self.inventory.release(uid)
-        self._unsettled.discard(uid)
+        self._unsettled.pop(uid, None)
         return ""
 
     def _look_up(self, uid: str) -> SeenPod | None:
@@ -650,30 +665,33 @@ class SchedulingService:
     ) -> ExtenderBindingResult:
         uid = args.PodUID
         try:
-            self.ledger.record_decision(decision)
+            self._in_time(self.ledger.record_decision, decision)
         except AlreadyAllocated as e:  # another replica recorded this pod: ours goes
             self.inventory.release(uid, only=grants)
             return ExtenderBindingResult(Error=str(e))
         except Exception as e:
             if isinstance(e, LedgerUnavailable) and not e.maybe_written:
                 self.inventory.release(uid, only=grants)  # nothing reached the database
-            else:  # it may have committed with its answer lost: the memory stays held
-                self._unsettled.add(uid)  # until the pod's next bind asks (_settle)
-            log.error("ledger write failed", extra={"pod": uid, "error": str(e)})
+            else:  # it may have committed with its answer lost (or still be running): the
+                # memory stays held until the pod's next bind asks the ledger (_settle)
+                self._unsettled[uid] = getattr(e, "pending", None)
+            ledger_failed_log.error("ledger write failed", extra={"pod": uid, "error": str(e)})
             return ExtenderBindingResult(Error=f"ledger unavailable, bind refused: {e}")
         result = self._bind_only(args, _annotations(grants))
         SCHEDULING.binds.labels("failed" if result.Error else "bound").inc()
         now = self.clock.now()
         try:
             if result.Error:
-                self.ledger.fail_bind(uid, now, result.Error)
+                self._in_time(self.ledger.fail_bind, uid, now, result.Error)
                 self.inventory.release(uid, only=grants)
             else:
-                self.ledger.mark_bound(uid, now)
+                self._in_time(self.ledger.mark_bound, uid, now)
         except Exception as e:
             if result.Error:  # the row may still be active: hold its memory, settle later
-                self._unsettled.add(uid)
-            log.error("ledger status update failed", extra={"pod": uid, "error": str(e)})
+                self._unsettled[uid] = getattr(e, "pending", None)
+            ledger_failed_log.error(
+                "ledger status update failed", extra={"pod": uid, "error": str(e)}
+            )
         return result
 
     def _bind_only(
@@ -713,7 +731,7 @@ class SchedulingService:
         try:
             ended = self.ledger.release(pod_uid, self.clock.now(), reason)
             self.inventory.release(pod_uid)
-            self._unsettled.discard(pod_uid)
+            self._unsettled.pop(pod_uid, None)
             self.pods.pop(pod_uid)
         finally:
             if turn:
@@ -730,7 +748,7 @@ class SchedulingService:
         """The Node object is gone (consolidation, spot interruption): end its grants."""
         for uid in {g.pod_uid for g in self.inventory.grants_on_node(node)}:
             self.inventory.release(uid)
-            self._unsettled.discard(uid)
+            self._unsettled.pop(uid, None)
         self.inventory.remove_node(node)
         self._recorded_nodes.pop(node, None)
         now = self.clock.now()

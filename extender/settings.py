@@ -60,3 +60,21 @@ class Settings(BaseSettings):
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
     tls_reload_s: float = Field(10.0, gt=0, description="how often cert files are checked")
+
+    # --- the HTTP edge (docs/reliability.md, "Edge limits") ----------------------------
+    # max_body_bytes above bounds filter/prioritize: Nodes mode carries a v1.NodeList,
+    # tens of MB at 5,000 nodes. A binding is ~100 bytes; a preemption with full victim
+    # Pods (not nodeCacheCapable) a few MB per 100 candidate nodes.
+    max_bind_body_bytes: int = Field(64 * 1024, gt=0)
+    max_preempt_body_bytes: int = Field(32 * 1024 * 1024, gt=0)
+    # memory for request bodies over 64 KiB being read at once (each held twice while
+    # read), all routes and listeners: two full-size filter bodies; a request beyond it
+    # is answered 503 before it is read
+    body_budget_bytes: int = Field(256 * 1024 * 1024, gt=0)
+    idle_timeout_s: float = Field(5.0, gt=0)  # a connection with no request in flight
+    header_timeout_s: float = Field(10.0, gt=0)  # first byte of a request to its headers
+    body_timeout_s: float = Field(30.0, gt=0)  # headers to the end of the body
+    max_connections: int = Field(0, ge=0)  # 0: the open-file limit - 384, at most 4096
+    # who may call filter/prioritize/bind/preempt without the shared bearer token: only
+    # loopback peers (kube-scheduler in the same pod), or anyone (a remote kube-scheduler)
+    scheduler_verbs: Literal["loopback", "any"] = "loopback"

@@ -4,7 +4,7 @@
   errors), against the OpenAPI schemas that ``kubernetes-validate`` bundles for
   ``K8S_VERSION``; a kind it has no schema for is a failure, not a skip.
 * ``KubeSchedulerConfiguration`` is not an API object, so its ``extenders:`` are checked
-  against the validation rules in PROTOCOL.md 1.3 by ``scheduler_config_errors``.
+  against the validation rules in docs/protocol.md §1.9 by ``scheduler_config_errors``.
 * Where the e2e suite has built kube-scheduler (tests/e2e/build.sh, cached), that real
   kube-scheduler loads both configurations (strict decoding and its own validation).
 * Each kustomization builds with a real kustomize (``tests/tools/build_kustomize.sh``
@@ -191,7 +191,7 @@ _DURATION = re.compile(r"^(\d+(\.\d+)?(ns|us|µs|ms|s|m|h))+$")
 
 
 def scheduler_config_errors(cfg: dict[str, Any]) -> list[str]:
-    """Rules of kube-scheduler's config validation (PROTOCOL.md 1.3) plus headroom's own:
+    """Rules of kube-scheduler's config validation (docs/protocol.md §1.9) plus headroom's own:
     no managedResources (DRA-only pods must reach the extender), one binder, a filter."""
     errors: list[str] = []
     if cfg.get("apiVersion") != "kubescheduler.config.k8s.io/v1":
@@ -365,7 +365,7 @@ def test_real_kube_scheduler_accepts_the_config(path: Path, tmp_path: Path) -> N
         {k: v for k, v in cfg["extenders"][0].items() if v is not False}
     ]  # false is omitted when written
     assert written["leaderElection"]["resourceName"] == "headroom-scheduler"
-    # ... and the same binary refuses what PROTOCOL.md 1.3 says it refuses.
+    # ... and the same binary refuses what docs/protocol.md §1.9 says it refuses.
     cfg["extenders"][0]["weight"] = 0
     rc, err = _load_with_kube_scheduler(binary, cfg, tmp_path)
     assert rc != 0 and "must have a positive weight" in err, err
@@ -499,6 +499,13 @@ def test_built_scheduler_wiring(kustomize: str, target: str) -> None:
     assert {"kube-system", "headroom-system"} <= set(excluded["values"])
     tls = next(v for v in spec["volumes"] if v["name"] == "webhook-tls")
     assert tls["secret"]["secretName"] == "headroom-webhook-tls"
+    # the audit API needs a credential by default: its token file, from a Secret
+    env = {e["name"]: e.get("value") for e in ext["env"]}
+    audit = Path(env["HEADROOM_AUDIT_TOKEN_FILE"])
+    mount = next(m for m in ext["volumeMounts"] if m["mountPath"] == str(audit.parent))
+    volume = next(v for v in spec["volumes"] if v["name"] == mount["name"])
+    assert volume["secret"]["secretName"] == "headroom-audit-token"
+    assert "HEADROOM_SCHEDULER_VERBS" not in env  # the default: loopback only
 
     # RBAC: the pod's ServiceAccount carries the scheduler roles and the extender's role.
     sa = spec["serviceAccountName"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ FILTER_KEYS = {"NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"
 
 
 @pytest.fixture
-def ext(tmp_path: Path):  # type: ignore[no-untyped-def]
+def ext(tmp_path: Path) -> Iterator[Extender]:
     with running_extender(tmp_path, policy="binpack") as e:
         e.add_node("n-spot", "4xA10G:24Gi", capacity_type="spot")
         e.add_node("n-od", "4xA10G:24Gi", capacity_type="on-demand")

@@ -7,9 +7,9 @@
 from __future__ import annotations
 
 from extender.chargeback import ChargebackReport, compute
-from extender.clock import Clock
 from extender.ledger.base import Ledger
 from extender.ledger.sql import Hooks, SqlLedger
+from extender.wire.clock import Clock
 
 __all__ = ["Ledger", "SqlLedger", "chargeback_report", "is_dsn", "open_ledger"]
 

@@ -57,6 +57,10 @@ class Ledger(Protocol):
         """End every active row on a node (node deleted, spot interruption)."""
         ...
 
+    def ping(self) -> None:
+        """A trivial read: returns when the database answers, else ``LedgerUnavailable``."""
+        ...
+
     def active(self) -> list[Allocation]:
         """Every RESERVED/BOUND/RUNNING row: what the extender rebuilds reservations from."""
         ...

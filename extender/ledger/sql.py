@@ -503,6 +503,10 @@ class SqlLedger:
             tx.execute(rows.CLOSE_PERIOD, (at, name))
 
     # ---- reads ----------------------------------------------------------------------
+    def ping(self) -> None:
+        with self.dialect.read() as conn:
+            conn.execute("SELECT 1").fetchone()
+
     def active(self) -> list[Allocation]:
         return [rows.allocation_from_row(r) for r in self._query(rows.SELECT_ACTIVE)]
 

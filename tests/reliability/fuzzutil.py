@@ -9,8 +9,8 @@ from fastapi.testclient import TestClient
 
 from extender.app import Built, build
 from extender.binder import InProcessBinder
-from extender.clock import ManualClock
 from extender.settings import Settings
+from extender.wire.clock import ManualClock
 
 TOKEN = "fuzz-agent-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -17,8 +17,8 @@ from drivers.agent import build_report
 from drivers.metrics import AgentMetrics
 from drivers.sender import ReportSender, expand
 from drivers.simulated import SimulatedDriver
-from extender.clock import SystemClock
 from extender.simulate.server_thread import free_port
+from extender.wire.clock import SystemClock
 from tests.support import running_extender
 
 

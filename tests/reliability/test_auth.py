@@ -21,11 +21,11 @@ from drivers.simulated import SimulatedDriver
 from extender.app import build
 from extender.auth import Authenticator, TokenFile
 from extender.binder import InProcessBinder
-from extender.clock import ManualClock
 from extender.server import create_app
 from extender.settings import Settings
 from extender.simulate.server_thread import ServerThread
 from extender.tokenreview import NODE_NAME_EXTRA, TokenReviewer
+from extender.wire.clock import ManualClock
 
 SHARED = "shared-secret-token-123"
 AUDIT = "audit-secret-token-456"

@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from extender.clock import SystemClock
 from extender.ledger import open_ledger
+from extender.wire.clock import SystemClock
 from tests.serveproc import ServeProc
 from tests.support import gpu_pod
 
@@ -117,7 +117,7 @@ def test_sigkill_under_binds_loses_and_doubles_nothing(tmp_path: Path) -> None:
         assert unacknowledged <= {uid for uid, v in outcome.items() if v == "lost"}
 
         # the restarted extender holds exactly the ledger's reservations
-        held = Counter()
+        held: Counter[str] = Counter()
         for n in NODES:
             for g in serve.report(n).json().get("grants", []):
                 held[g["pod_uid"]] += len(g["gpu_uuids"])

@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from drivers.server import MetricsServer
 from extender.simulate.server_thread import free_port
-from extender.tls import CertReloader
+from extender.wire.tls import CertReloader
 from tests.serveproc import ServeProc
 
 
