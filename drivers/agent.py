@@ -18,12 +18,10 @@ from dataclasses import dataclass, field
 
 from drivers.attribution import Attributor, CachedAttributor
 from drivers.base import GpuDevice, GpuDriver, GpuProcess, MigInstance
-from drivers.leaks import Leak, find_leaks
 from drivers.metrics import AgentMetrics, Snapshot
 from drivers.sender import ReportSender
-from extender import __version__
-from extender.clock import Clock
-from extender.reports import (
+from extender.wire.clock import Clock
+from extender.wire.report import (
     MAX_GPUS,
     MAX_MIG_PER_GPU,
     MAX_PROCESSES_PER_GPU,
@@ -35,6 +33,8 @@ from extender.reports import (
     ProcessReport,
     ReportResponse,
 )
+from extender.wire.usage import Leak, find_leaks
+from extender.wire.version import __version__
 
 log = logging.getLogger("headroom.agent")
 

@@ -4,7 +4,7 @@ NVML reports host PIDs and nothing else; the kubelet puts every container of a p
 under a pod-level cgroup whose name carries the pod UID, and the runtime names the
 container's own cgroup after the container id. So the owner of a GPU process can be
 read from one small file, with no kubelet or CRI call on the hot path (this is also
-what dcgm-exporter does; see PROTOCOL.md 4.2).
+what dcgm-exporter does; see docs/protocol.md §4.3).
 
 Layouts handled (all seen in real nodes; the tests cite where each line comes from):
 

@@ -24,9 +24,9 @@ from drivers.cgroup import ProcAttributor
 from drivers.metrics import AgentMetrics
 from drivers.sender import ReportSender
 from drivers.server import MetricsServer
-from extender.clock import SystemClock
-from extender.logs import setup_logging
-from extender.tls import CertReloader
+from extender.wire.clock import SystemClock
+from extender.wire.logs import setup_logging
+from extender.wire.tls import CertReloader
 
 log = logging.getLogger("headroom.agent")
 

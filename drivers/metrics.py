@@ -19,9 +19,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from drivers.leaks import Leak
-from drivers.usage import pod_usage, unattributed_mib, unmapped_processes
-from extender.reports import GpuReport, NodeReport
+from extender.wire.report import GpuReport, NodeReport
+from extender.wire.usage import Leak, pod_usage, unattributed_mib, unmapped_processes
 
 MiB = 1024 * 1024
 

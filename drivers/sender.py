@@ -40,7 +40,7 @@ from tenacity import (
 )
 
 from drivers.metrics import AgentMetrics
-from extender.reports import NodeReport, ReportResponse
+from extender.wire.report import NodeReport, ReportResponse
 
 log = logging.getLogger("headroom.agent.sender")
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from extender.tls import CertReloader
+from extender.wire.tls import CertReloader
 
 HANDSHAKE_TIMEOUT_S = 10.0
 

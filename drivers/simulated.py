@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from drivers.attribution import Attribution, unmapped
 from drivers.base import GpuDevice, GpuProcess
 from drivers.spec import GpuSpec, parse_gpu_spec
-from extender.clock import Clock, SystemClock
+from extender.wire.clock import Clock, SystemClock
 
 DEFAULT_RESERVE_MIB = 256
 """Driver/context memory NVML counts as used on an idle GPU (order of magnitude of a

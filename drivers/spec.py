@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from extender.reports import MAX_GPUS
+from extender.wire.report import MAX_GPUS
 
 _ONE_SPEC = re.compile(
     r"^\s*(?:(?P<count>\d+)\s*[xX]\s*)?(?P<model>[A-Za-z][^:,]*?)\s*:\s*"

@@ -1,4 +1,6 @@
 """headroom extender: schedule GPU pods by measured memory headroom and cost, and bill
 what they received."""
 
-__version__ = "0.1.0"
+from extender.wire.version import __version__
+
+__all__ = ["__version__"]

@@ -19,11 +19,11 @@ from pydantic import BaseModel, Field
 
 from extender.allocation import Allocation, LedgerUnavailable
 from extender.chargeback import parse_group_by, parse_timestamp, report_csv, report_dict
-from extender.clock import Clock
 from extender.ledger import chargeback_report
 from extender.ledger.base import Ledger
 from extender.ledger.records import AllocationFilter, DiscrepancyRecord, EventRecord
 from extender.metrics import month_start
+from extender.wire.clock import Clock
 
 MAX_LIMIT = 1000
 T = TypeVar("T")

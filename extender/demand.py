@@ -1,4 +1,4 @@
-"""What a pod asks of GPUs, read from its spec and annotations (see DESIGN.md "How a pod asks").
+"""What a pod asks of GPUs, read from its spec and annotations (README "How a pod asks").
 
 - Classic: ``nvidia.com/gpu: N`` plus ``headroom.dev/gpu-memory: 20Gi`` per GPU; without the
   annotation each GPU is wanted whole.
@@ -13,13 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from extender.protocol import Container, Pod
 from extender.quantity import quantity_to_int, quantity_to_mib, shown
+from extender.wire.annotations import ANN_CAPACITY, ANN_MEMORY
+from extender.wire.protocol import Container, Pod
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"
-ANN_MEMORY = "headroom.dev/gpu-memory"
-ANN_CAPACITY = "headroom.dev/capacity-type"
 ANN_DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 MAX_GPUS_PER_POD = 64
 

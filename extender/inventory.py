@@ -20,8 +20,8 @@ import msgspec
 from extender.columns import NodeColumns
 from extender.nodefacts import NodeFacts, facts_from_labels
 from extender.pricing import NodePrice, PriceBook
-from extender.reports import GpuReport, NodeReport, PodGrant
 from extender.scoring.model import GpuView, NodeView
+from extender.wire.report import GpuReport, NodeReport, PodGrant
 
 
 class MeasuredGpu(msgspec.Struct, frozen=True, gc=False):  # one per GPU: see scoring.model

@@ -29,12 +29,12 @@ from extender.chargeback import (
     report_csv,
     report_dict,
 )
-from extender.clock import SystemClock
 from extender.ledger import chargeback_report, is_dsn, open_ledger
 from extender.ledger.base import Ledger
 from extender.ledger.sql import NullHooks
 from extender.metrics import month_start
 from extender.table import align
+from extender.wire.clock import SystemClock
 
 DEFAULT_DB = "headroom.db"
 

@@ -26,7 +26,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
 from extender.allocation import LedgerUnavailable, Observation
-from extender.clock import Clock
+from extender.wire.clock import Clock
 
 if TYPE_CHECKING:
     from extender.ledger.base import Ledger

@@ -1,10 +1,10 @@
-"""Node facts from Kubernetes/Karpenter labels and taints (PROTOCOL.md section 3)."""
+"""Node facts from Kubernetes/Karpenter labels and taints (docs/protocol.md §3)."""
 
 from __future__ import annotations
 
 import msgspec
 
-from extender.protocol import Node
+from extender.wire.protocol import Node
 
 CAPACITY_TYPE = "karpenter.sh/capacity-type"
 NODEPOOL = "karpenter.sh/nodepool"

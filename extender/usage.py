@@ -1,9 +1,14 @@
-"""What an agent report says about each grant: usage samples and discrepancies. Pure.
+"""What the extender makes of one agent report against the ledger's grants. Pure.
 
-- observations: memory each pod's processes use on each GPU (MIG instance: its UUID);
+The arithmetic (per-pod usage, leaks, unattributed memory) is ``extender.wire.usage``,
+the same functions the agent's ``/metrics`` use; this module adds the extender's side:
+
+- observations: memory each pod's processes use on each GPU (MIG instance: its UUID),
+  the usage samples the ledger folds into the granted rows;
 - overrun: a pod uses more than it was granted on a GPU (beyond a tolerance);
-- leak: a pod's process on a GPU it was not granted (``drivers.leaks.find_leaks``);
-- unaccounted: device memory used by no known process beyond the driver's own share.
+- leak: a pod's process on a GPU it was not granted;
+- unaccounted: unattributed memory above what a driver keeps for itself, raised only
+  when every pod process on the GPU was measured (else part of it may be a pod's).
 """
 
 from __future__ import annotations
@@ -11,10 +16,10 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from drivers.leaks import find_leaks
 from extender.allocation import EventKind, Observation
 from extender.inventory import Grant
-from extender.reports import GpuReport, NodeReport, ProcessReport
+from extender.wire.report import GpuReport, NodeReport
+from extender.wire.usage import find_leaks, pod_usage, pods_measured, unattributed_mib
 
 OVERRUN_TOLERANCE_MIB = 256
 UNACCOUNTED_THRESHOLD_MIB = 1024
@@ -31,16 +36,14 @@ class Discrepancy:
 
 
 def observations(report: NodeReport) -> list[Observation]:
+    """``pod_usage`` summed over containers, per (pod, GPU or MIG instance)."""
     used: dict[tuple[str, str], int] = defaultdict(int)
     sm: dict[tuple[str, str], float] = {}
-    for uuid, procs in _units(report):
-        for p in procs:
-            if p.pod_uid is None:
-                continue
-            key = (p.pod_uid, uuid)
-            used[key] += p.used_mib or 0
-            if p.sm_util is not None:
-                sm[key] = sm.get(key, 0.0) + p.sm_util
+    for u in pod_usage(report):
+        key = (u.pod_uid, u.mig_uuid or u.gpu_uuid)
+        used[key] += u.used_mib
+        if u.sm_util is not None:
+            sm[key] = sm.get(key, 0.0) + u.sm_util
     return [Observation(pod, gpu, mib, sm.get((pod, gpu))) for (pod, gpu), mib in used.items()]
 
 
@@ -96,18 +99,9 @@ def _unaccounted(report: NodeReport, gpu: GpuReport) -> Discrepancy:
 
 
 def _unaccounted_mib(gpu: GpuReport) -> int:
-    """Used memory that no attributed process explains (the driver's own share stays
-    under the threshold). Unknown when NVML could not give a process's memory."""
-    if gpu.mig_enabled or any(p.used_mib is None for p in gpu.processes):
+    """Unattributed memory worth a finding: above the threshold (the driver's own share
+    stays under it), and only when no pod process's size is unknown."""
+    if not pods_measured(gpu):
         return 0
-    attributed = sum(p.used_mib or 0 for p in gpu.processes if p.pod_uid is not None)
-    left = gpu.memory_used_mib - attributed
+    left = unattributed_mib(gpu)
     return left if left > UNACCOUNTED_THRESHOLD_MIB else 0
-
-
-def _units(report: NodeReport) -> list[tuple[str, list[ProcessReport]]]:
-    units: list[tuple[str, list[ProcessReport]]] = []
-    for g in report.gpus:
-        units.append((g.uuid, g.processes))
-        units.extend((m.uuid, m.processes) for m in g.mig)
-    return units

@@ -17,8 +17,8 @@ import msgspec
 
 from drivers.agent import build_report
 from drivers.simulated import SimulatedDriver
-from extender.clock import SystemClock
 from extender.simulate.server_thread import free_port
+from extender.wire.clock import SystemClock
 
 TOKEN = "test-agent-token"
 LABELS = {

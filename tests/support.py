@@ -17,10 +17,10 @@ from drivers.agent import build_report
 from drivers.simulated import SimulatedDriver
 from extender.app import Built, build
 from extender.binder import Binder, InProcessBinder
-from extender.clock import ManualClock
 from extender.httpclient import make_client
 from extender.settings import Settings
 from extender.simulate.server_thread import ServerThread
+from extender.wire.clock import ManualClock
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TOKEN = "test-agent-token"

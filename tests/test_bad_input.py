@@ -3,17 +3,18 @@ keeps serving and nothing changes."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
 import pytest
 
-from extender.reports import SCHEMA_V1
+from extender.wire.report import SCHEMA_V1
 from tests.support import TOKEN, Extender, gpu_pod, running_extender
 
 
 @pytest.fixture
-def ext(tmp_path: Path):  # type: ignore[no-untyped-def]
+def ext(tmp_path: Path) -> Iterator[Extender]:
     with running_extender(tmp_path) as e:
         e.add_node("n1", "2xA10G:24Gi")
         yield e

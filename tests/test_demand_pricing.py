@@ -10,8 +10,8 @@ import pytest
 
 from extender.demand import CapacityPref, DemandError, GpuDemand, demand_of
 from extender.pricing import load_pricebook
-from extender.protocol import Pod
 from extender.quantity import quantity_to_mib
+from extender.wire.protocol import Pod
 from tests.support import gpu_pod
 
 

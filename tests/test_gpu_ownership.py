@@ -11,7 +11,7 @@ import msgspec
 from drivers.agent import build_report
 from extender.inventory import Grant, Inventory, ReportRefused
 from extender.pricing import load_pricebook
-from extender.reports import GpuReport, NodeReport
+from extender.wire.report import GpuReport, NodeReport
 from tests.support import Extender, gpu_pod, running_extender
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import msgspec
 
-from extender.reports import GpuReport, MigReport, NodeReport
+from extender.wire.report import GpuReport, MigReport, NodeReport
 from tests.support import gpu_pod, running_extender
 
 

@@ -17,7 +17,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from extender.demand import DemandError, demand_of
-from extender.protocol import Pod
 from extender.quantity import (
     MAX_LENGTH,
     MAX_VALUE,
@@ -26,6 +25,7 @@ from extender.quantity import (
     quantity_to_int,
     quantity_to_mib,
 )
+from extender.wire.protocol import Pod
 
 TABLE = json.loads(
     (Path(__file__).parent / "fixtures" / "k8s_quantities.json").read_text(encoding="utf-8")

@@ -9,7 +9,7 @@ import threading
 from collections import defaultdict
 from typing import Any
 
-from extender.protocol import Pod
+from extender.wire.protocol import Pod
 
 Obj = dict[str, Any]
 

@@ -8,7 +8,7 @@ is written the way Kubernetes evaluates it: capacities are Quantities, compared 
 extender reads the need without parsing CEL.
 
 No consumable-capacity request (``capacity.requests.memory``) is written: the NVIDIA
-driver does not publish ``allowMultipleAllocations`` devices (PROTOCOL 2.5), so a
+driver does not publish ``allowMultipleAllocations`` devices (docs/protocol.md §2.5), so a
 claim gets a whole device (or MIG instance) that has at least this much memory.
 """
 
@@ -21,10 +21,10 @@ import re2
 
 from extender.dra.celfuncs import compile_re2, re2_message
 from extender.quantity import parse_quantity
+from extender.wire.annotations import ANN_MEMORY
 
 API_VERSION = "resource.k8s.io/v1"
 DRIVER = "gpu.nvidia.com"
-MEMORY_ANNOTATION = "headroom.dev/gpu-memory"
 REQUEST_NAME = "gpu"
 MAX_COUNT = 32
 # DeviceClasses of the NVIDIA chart (deviceclass-*.yaml) -> the device ``type`` they select.
@@ -54,13 +54,13 @@ def claim_template(
     if namespace is not None:
         _check_label("namespace", namespace)
         metadata["namespace"] = namespace
-    metadata["annotations"] = {MEMORY_ANNOTATION: memory}
+    metadata["annotations"] = {ANN_MEMORY: memory}
     return {
         "apiVersion": API_VERSION,
         "kind": "ResourceClaimTemplate",
         "metadata": metadata,
         "spec": {
-            "metadata": {"annotations": {MEMORY_ANNOTATION: memory}},
+            "metadata": {"annotations": {ANN_MEMORY: memory}},
             "spec": {"devices": {"requests": [_request(memory, count, model, class_name)]}},
         },
     }

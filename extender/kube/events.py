@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from kubernetes import client
 
 from extender.allocation import PodRef
-from extender.clock import Clock
+from extender.wire.clock import Clock
 
 log = logging.getLogger("headroom.kube.events")
 REASON = "GPUHeadroomUnavailable"

@@ -25,8 +25,9 @@ from extender.dra.state import DraState
 from extender.inventory import Grant
 from extender.kube.watch import Kind, Watcher
 from extender.nodefacts import facts_from_node
-from extender.protocol import Node, Pod
-from extender.service import ANN_GPU_MEMORY_MIB, ANN_GPU_UUIDS, SchedulingService, pod_ref
+from extender.service import SchedulingService, pod_ref
+from extender.wire.annotations import ANN_GPU_MEMORY_MIB, ANN_GPU_UUIDS
+from extender.wire.protocol import Node, Pod
 
 log = logging.getLogger("headroom.kube.sync")
 

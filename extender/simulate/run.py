@@ -18,7 +18,6 @@ from drivers.agent import build_report
 from drivers.simulated import SimulatedDriver
 from extender.app import build
 from extender.binder import InProcessBinder
-from extender.clock import ManualClock
 from extender.httpclient import make_client
 from extender.ledger import chargeback_report
 from extender.pricing import load_pricebook
@@ -29,6 +28,8 @@ from extender.simulate.scheduler import SchedulerDriver
 from extender.simulate.server_thread import ServerThread
 from extender.simulate.workload import SimPod, make_workload
 from extender.table import align
+from extender.wire.annotations import ANN_GPU_MEMORY_MIB, ANN_GPU_UUIDS
+from extender.wire.clock import ManualClock
 
 REPORT_EVERY_S = 120.0
 TOKEN = "simulate-agent-token"
@@ -118,9 +119,9 @@ class _Run:
         if outcome.node is None:
             return None
         ann = self.binder.annotations_of(pod.uid)
-        mib = int(ann["headroom.dev/gpu-memory-mib"])
+        mib = int(ann[ANN_GPU_MEMORY_MIB])
         driver = self.drivers[outcome.node]
-        for uuid in ann["headroom.dev/gpu-uuids"].split(","):
+        for uuid in ann[ANN_GPU_UUIDS].split(","):
             driver.start_process(pod.uid, uuid, int(mib * pod.usage_fraction))
         heapq.heappush(
             self.active, (pod.arrival_s + self.t0 + pod.lifetime_s, pod.uid, outcome.node)

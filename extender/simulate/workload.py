@@ -7,6 +7,8 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+from extender.wire.annotations import ANN_MEMORY
+
 # shape: (share, gpus, memory GiB per GPU or None for whole GPUs)
 SHAPES: tuple[tuple[float, int, tuple[int, ...] | None], ...] = (
     (0.50, 1, (4, 6, 8, 10, 12, 16, 20)),  # inference / notebooks: a slice of one GPU
@@ -38,7 +40,7 @@ class SimPod:
         """The v1.Pod the scheduler would send (only what headroom reads, plus realism)."""
         annotations = {}
         if self.memory_gib is not None:
-            annotations["headroom.dev/gpu-memory"] = f"{self.memory_gib}Gi"
+            annotations[ANN_MEMORY] = f"{self.memory_gib}Gi"
         if self.on_demand_only:
             annotations["karpenter.sh/do-not-disrupt"] = "true"
         gpu = {"nvidia.com/gpu": str(self.gpus)}

@@ -1,6 +1,6 @@
 """Real-shaped objects of the NVIDIA DRA driver (gpu.nvidia.com) for the DRA tests.
 
-Shapes follow PROTOCOL 2.5 (cmd/gpu-kubelet-plugin/deviceinfo.go, mig.go): full GPUs
+Shapes follow docs/protocol.md §2.5 (cmd/gpu-kubelet-plugin/deviceinfo.go, mig.go): full GPUs
 named ``gpu-<minor>`` with type/uuid/productName/brand/architecture strings,
 cudaComputeCapability/driverVersion/cudaDriverVersion versions, the standard PCI
 attributes and a ``memory`` capacity; MIG devices named

@@ -11,13 +11,13 @@ import kubernetes_validate
 import pytest
 
 from extender.allocation import Decision, NodeRef, PodRef, Sharing
-from extender.clock import ManualClock
 from extender.dra.ingest import ClaimIngestError, decisions_from_claim, gpu_index
 from extender.ledger import open_ledger
+from extender.wire.clock import ManualClock
 
 from . import nvidia
 
-P5_GPU_HOUR = Decimal("6.88")  # p5.48xlarge on-demand 55.04 $/h / 8 GPUs (PROTOCOL 3.2)
+P5_GPU_HOUR = Decimal("6.88")  # p5.48xlarge on-demand 55.04 $/h / 8 GPUs (docs/protocol.md §3.2)
 P4DE_GPU_HOUR = Decimal("3.43088125")  # p4de.24xlarge 27.44705 / 8
 AT = 1_767_225_600.0
 PODS = [

@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import msgspec
 
-from extender.reports import NodeReport, PodGrant, ReportResponse, report_decoder
+from extender.wire.report import NodeReport, PodGrant, ReportResponse, report_decoder
 
 
 @dataclass

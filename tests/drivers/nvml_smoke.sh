@@ -38,7 +38,7 @@ echo "== checking the report"
 "$PYTHON" - "$OUT/nvml-report.json" <<'EOF'
 import sys
 
-from extender.reports import report_decoder
+from extender.wire.report import report_decoder
 
 report = report_decoder.decode(open(sys.argv[1], "rb").read())
 assert report.driver == "nvml", report.driver

@@ -22,8 +22,8 @@ from drivers.cli import add_agent_command, main
 from drivers.metrics import AgentMetrics
 from drivers.server import MetricsServer
 from drivers.simulated import SimulatedDriver
-from extender.clock import ManualClock
-from extender.reports import report_decoder
+from extender.wire.clock import ManualClock
+from extender.wire.report import report_decoder
 
 ROOT = Path(__file__).resolve().parents[2]
 

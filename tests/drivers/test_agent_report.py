@@ -9,12 +9,10 @@ from prometheus_client import CollectorRegistry
 from drivers.agent import Agent, build_report
 from drivers.attribution import Attribution
 from drivers.base import GpuDevice, GpuProcess, Health, MigInstance
-from drivers.leaks import find_leaks
 from drivers.metrics import AgentMetrics
 from drivers.simulated import SimulatedDriver
-from drivers.usage import pod_usage, unattributed_mib
-from extender.clock import ManualClock
-from extender.reports import (
+from extender.wire.clock import ManualClock
+from extender.wire.report import (
     MAX_STRING,
     SCHEMA_V1,
     GpuReport,
@@ -25,6 +23,7 @@ from extender.reports import (
     ReportResponse,
     report_decoder,
 )
+from extender.wire.usage import find_leaks, pod_usage, unattributed_mib
 
 MiB = 1024 * 1024
 

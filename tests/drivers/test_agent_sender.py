@@ -14,8 +14,8 @@ from drivers.agent import Agent
 from drivers.metrics import AgentMetrics
 from drivers.sender import ReportSender
 from drivers.simulated import SimulatedDriver
-from extender.clock import ManualClock
-from extender.reports import NodeReport, PodGrant
+from extender.wire.clock import ManualClock
+from extender.wire.report import NodeReport, PodGrant
 
 
 class SteppingClock:

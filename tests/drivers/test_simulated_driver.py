@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from drivers.simulated import DRIFT_BOUND, SimulatedDriver, SimulatedOutOfMemory
 from drivers.spec import GpuSpec, parse_gpu_spec
-from extender.clock import ManualClock
+from extender.wire.clock import ManualClock
 
 # --- spec parser ---------------------------------------------------------------
 

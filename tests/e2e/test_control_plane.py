@@ -311,7 +311,7 @@ def test_scheduler_calls_extender_filter_prioritize_bind(
     prio = extender.body("prioritize", "gpu-job")
     bind = extender.body("bind", "gpu-job")
 
-    # nodeCacheCapable=true: names only, Nodes sent as null (PROTOCOL.md 1.1).
+    # nodeCacheCapable=true: names only, Nodes sent as null (docs/protocol.md §1.1).
     assert set(filt) == {"Pod", "Nodes", "NodeNames"}
     assert filt["Nodes"] is None
     assert set(nodes) <= set(filt["NodeNames"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ DRIVER = "gpu.nvidia.com"
 
 
 @pytest.fixture
-def headroom(e2e_cluster: Any, tmp_path: Path):  # type: ignore[no-untyped-def]
+def headroom(e2e_cluster: Any, tmp_path: Path) -> Iterator[Headroom]:
     h = Headroom(tmp_path, e2e_cluster.kubeconfig)
     h.start()
     yield h
@@ -28,7 +29,7 @@ def headroom(e2e_cluster: Any, tmp_path: Path):  # type: ignore[no-untyped-def]
 
 
 def nvidia_slice(node: str, uuids: list[str], memory: str = "24Gi") -> dict[str, Any]:
-    """A ResourceSlice shaped like NVIDIA's kubelet plugin publishes (PROTOCOL.md 2.5)."""
+    """A ResourceSlice shaped like NVIDIA's kubelet plugin publishes (docs/protocol.md §2.5)."""
     devices = [
         {
             "name": f"gpu-{i}",

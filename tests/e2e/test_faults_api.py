@@ -20,9 +20,9 @@ from kubernetes import client as k8s
 from drivers.agent import build_report
 from drivers.simulated import SimulatedDriver
 from extender.app import Built, build
-from extender.clock import SystemClock
 from extender.settings import Settings
 from extender.simulate.server_thread import ServerThread
+from extender.wire.clock import SystemClock
 
 from .cluster import ControlPlane, Proc, https_get, wait_until
 
@@ -108,7 +108,8 @@ def test_api_server_outage(
     report(url, node)
     created = core.create_namespaced_pod(
         namespace,
-        {
+        # the client validates the dict into a V1Pod; its stubs accept only the model
+        {  # type: ignore[arg-type]
             "metadata": {"name": "p1", "annotations": {"headroom.dev/gpu-memory": "4Gi"}},
             "spec": {
                 "schedulerName": "nobody",
@@ -118,6 +119,7 @@ def test_api_server_outage(
             },
         },
     )
+    assert created.metadata is not None and created.metadata.uid is not None
     uid = created.metadata.uid
     args = {"Pod": pod_json("p1", uid, namespace), "NodeNames": [node]}
     bind = {"PodName": "p1", "PodNamespace": namespace, "PodUID": uid, "Node": node}
@@ -146,5 +148,7 @@ def test_api_server_outage(
     )
     assert httpx.post(url + "/filter", json=args).json()["NodeNames"] == [node]
     assert httpx.post(url + "/bind", json=bind, timeout=30).json()["Error"] == ""
-    assert core.read_namespaced_pod("p1", namespace).spec.node_name == node
+    bound = core.read_namespaced_pod("p1", namespace)
+    assert bound.spec is not None
+    assert bound.spec.node_name == node
     assert [g.node for g in built.service.inventory.grants_of(uid)] == [node]

@@ -13,7 +13,7 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from .headroom_proc import Headroom
-from .test_scheduling import pod_body, wait_bound, wait_unschedulable
+from .test_scheduling import node_of, pod_body, wait_bound, wait_unschedulable
 
 pytestmark = pytest.mark.e2e
 
@@ -113,7 +113,7 @@ def test_deleting_nodeclaim_stops_new_gpu_pods(
         headroom.agent(node, "4xA10G:24Gi")
         kube_scheduler(headroom.url)
         core.create_namespaced_pod(namespace, pod_body("before", "8Gi"))
-        assert wait_bound(core, namespace, "before").spec.node_name == node
+        assert node_of(wait_bound(core, namespace, "before")) == node
         custom.delete_cluster_custom_object("karpenter.sh", "v1", "nodeclaims", "gpu-x7k2p")
         wait_refused(headroom, node)  # the watch event has reached the extender
         core.create_namespaced_pod(namespace, pod_body("after", "8Gi"))

@@ -4,7 +4,7 @@ failure paths against it: nothing active, nothing charged after a failed bind.""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,24 +13,24 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from extender.clock import SystemClock
 from extender.inventory import Inventory
 from extender.kube.binder import KubeBinder
 from extender.ledger import open_ledger
 from extender.pricing import load_pricebook
-from extender.protocol import ExtenderBindingArgs, args_decoder
 from extender.scoring import policy_by_name
 from extender.service import SchedulingService
 from extender.simulate.server_thread import free_port
+from extender.wire.clock import SystemClock
+from extender.wire.protocol import ExtenderBindingArgs, args_decoder
 
 from .headroom_proc import Headroom
-from .test_scheduling import pod_body, wait_bound
+from .test_scheduling import node_of, pod_body, uid_of, wait_bound
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
-def headroom(e2e_cluster: Any, tmp_path: Path):  # type: ignore[no-untyped-def]
+def headroom(e2e_cluster: Any, tmp_path: Path) -> Iterator[Headroom]:
     h = Headroom(tmp_path, e2e_cluster.kubeconfig)
     h.start()
     yield h
@@ -60,7 +60,7 @@ def test_pod_and_node_lifecycle_end_allocations(
     headroom.agent(node, "1xA10G:24Gi")
     kube_scheduler(headroom.url)
     core.create_namespaced_pod(namespace, pod_body("job", "16Gi"))
-    uid = wait_bound(core, namespace, "job").metadata.uid
+    uid = uid_of(wait_bound(core, namespace, "job"))
 
     core.patch_namespaced_pod_status("job", namespace, {"status": {"phase": "Running"}})
     row = wait_row(headroom, uid, lambda r: r["status"] == "running", "not marked running")
@@ -73,12 +73,12 @@ def test_pod_and_node_lifecycle_end_allocations(
     # the 16 GiB came back: a 20 GiB pod now fits on the same 24 GiB GPU
     core.create_namespaced_pod(namespace, pod_body("next", "20Gi"))
     nxt = wait_bound(core, namespace, "next")
-    assert nxt.spec.node_name == node
+    assert node_of(nxt) == node
 
     core.delete_node(node)  # Karpenter consolidation / spot interruption
     row = wait_row(
         headroom,
-        nxt.metadata.uid,
+        uid_of(nxt),
         lambda r: r["ended_at"] is not None,
         "not released on node deletion",
     )
@@ -172,10 +172,8 @@ def test_binder_failures_leave_nothing_active(
     # the same pod bound again to the node it is on: idempotent success
     ok = core.create_namespaced_pod(namespace, pod_body("bind-twice", "8Gi"))
     assert filter_then_bind(svc, ok) == ""
-    assert (
-        KubeBinder(k8s_client).bind(namespace, "bind-twice", ok.metadata.uid, "bind-node", {})
-        is None
-    )
+    # bind returns None; a failure raises BindError
+    KubeBinder(k8s_client).bind(namespace, "bind-twice", ok.metadata.uid, "bind-node", {})
     assert core.read_namespaced_pod("bind-twice", namespace).spec.node_name == "bind-node"
 
     # API server unreachable: retried within the deadline, then a clean Error

@@ -66,6 +66,7 @@ def wait_bound(core: k8s.CoreV1Api, ns: str, name: str, timeout: float = 45) -> 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         pod = core.read_namespaced_pod(name, ns)
+        assert pod.spec is not None
         if pod.spec.node_name:
             return pod
         time.sleep(0.2)
@@ -76,11 +77,24 @@ def wait_unschedulable(core: k8s.CoreV1Api, ns: str, name: str, timeout: float =
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         pod = core.read_namespaced_pod(name, ns)
+        assert pod.status is not None
         for c in pod.status.conditions or []:
             if c.type == "PodScheduled" and c.status == "False" and c.message:
                 return str(c.message)
         time.sleep(0.2)
     raise AssertionError(f"pod {ns}/{name} has no PodScheduled=False condition")
+
+
+def node_of(pod: k8s.V1Pod) -> str | None:
+    """The node a pod is bound to (``spec.nodeName``), None while it is pending."""
+    assert pod.spec is not None
+    return pod.spec.node_name
+
+
+def uid_of(pod: k8s.V1Pod) -> str:
+    """``metadata.uid``, which the API server sets on every pod it has stored."""
+    assert pod.metadata is not None and pod.metadata.uid is not None
+    return pod.metadata.uid
 
 
 def test_gpu_pods_land_where_filter_allowed_and_ledger_matches(
@@ -93,11 +107,13 @@ def test_gpu_pods_land_where_filter_allowed_and_ledger_matches(
         core.create_namespaced_pod(namespace, pod_body(name, memory))
     for name, memory in asks.items():
         pod = wait_bound(core, namespace, name)
-        rows = headroom.allocations(pod=pod.metadata.uid)
+        rows = headroom.allocations(pod=uid_of(pod))
         assert len(rows) == 1, rows
         row = rows[0]
-        assert row["node"] == pod.spec.node_name in (spot, od)
+        assert row["node"] == node_of(pod) in (spot, od)
+        assert pod.metadata is not None
         ann = pod.metadata.annotations
+        assert ann is not None
         assert ann["headroom.dev/gpu-uuids"] == row["gpu_uuid"]
         assert int(ann["headroom.dev/gpu-memory-mib"]) == row["memory_mib"]
         expected = 24576 if memory is None else int(memory[:-2]) * 1024
@@ -144,9 +160,9 @@ def test_cost_spot_for_tolerant_pods_never_for_on_demand_only(
         namespace,
         pod_body("explicit", "8Gi", annotations={"headroom.dev/capacity-type": "on-demand"}),
     )
-    assert wait_bound(core, namespace, "tolerant").spec.node_name == spot
-    assert wait_bound(core, namespace, "steady").spec.node_name == od
-    assert wait_bound(core, namespace, "explicit").spec.node_name == od
+    assert node_of(wait_bound(core, namespace, "tolerant")) == spot
+    assert node_of(wait_bound(core, namespace, "steady")) == od
+    assert node_of(wait_bound(core, namespace, "explicit")) == od
 
 
 def test_non_gpu_pod_is_scheduled_normally(
@@ -156,8 +172,8 @@ def test_non_gpu_pod_is_scheduled_normally(
     kube_scheduler(headroom.url)
     core.create_namespaced_pod(namespace, pod_body("web", memory=None, gpus=0))
     pod = wait_bound(core, namespace, "web")
-    assert pod.spec.node_name
-    assert headroom.allocations(pod=pod.metadata.uid) == []
+    assert node_of(pod)
+    assert headroom.allocations(pod=uid_of(pod)) == []
 
 
 def test_extender_restart_loses_and_doubles_nothing(
@@ -178,7 +194,7 @@ def test_extender_restart_loses_and_doubles_nothing(
     wait_bound(core, namespace, "third")
     rows = headroom.allocations(active="true")
     assert sorted(r["pod_name"] for r in rows) == ["first", "third"]
-    assert [r["pod_uid"] for r in rows].count(first.metadata.uid) == 1
+    assert [r["pod_uid"] for r in rows].count(uid_of(first)) == 1
 
 
 def test_a_second_replica_learns_grants_made_by_the_first(
@@ -202,7 +218,7 @@ def test_a_second_replica_learns_grants_made_by_the_first(
         kube_scheduler(headroom.url)
         core.create_namespaced_pod(namespace, pod_body("leader-bound", "16Gi"))
         wait_bound(core, namespace, "leader-bound")
-        probe = {
+        probe: dict[str, Any] = {
             "Pod": {
                 "metadata": {"name": "probe", "namespace": namespace, "uid": "probe"},
                 "spec": {

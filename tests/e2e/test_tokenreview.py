@@ -22,9 +22,9 @@ from kubernetes.client.rest import ApiException
 from drivers.agent import build_report
 from drivers.simulated import SimulatedDriver
 from extender.app import Built, build
-from extender.clock import SystemClock
 from extender.settings import Settings
 from extender.simulate.server_thread import ServerThread
+from extender.wire.clock import SystemClock
 
 from .cluster import ControlPlane
 
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.e2e
 AGENT_NS = "headroom-system"
 
 
-def ensure(fn: Callable[[], Any]) -> None:
+def ensure(fn: Callable[..., Any]) -> None:
     try:
         fn()
     except ApiException as e:
@@ -51,7 +51,9 @@ def token_for(
             audiences=[audience], expiration_seconds=600, bound_object_ref=bound
         )
     )
-    token: str = core.create_namespaced_service_account_token(sa, ns, req).status.token
+    status = core.create_namespaced_service_account_token(sa, ns, req).status
+    assert status is not None and status.token is not None
+    token: str = status.token
     return token
 
 
@@ -61,11 +63,13 @@ def agent_pods(
 ) -> Iterator[dict[str, tuple[str, str]]]:
     """Two nodes, an agent pod bound to each (no kubelet: spec.nodeName set directly)."""
     core = k8s.CoreV1Api(k8s_client)
-    ensure(lambda: core.create_namespace({"metadata": {"name": AGENT_NS}}))
+    # below, the client validates each dict body into its model; its stubs accept only the model
+    ensure(lambda: core.create_namespace({"metadata": {"name": AGENT_NS}}))  # type: ignore[arg-type]
     for sa in ("default", "headroom-agent", "intruder"):
         ensure(
             lambda sa=sa: core.create_namespaced_service_account(
-                AGENT_NS, {"metadata": {"name": sa}}
+                AGENT_NS,
+                {"metadata": {"name": sa}},  # type: ignore[arg-type]
             )
         )
     suffix = uuid.uuid4().hex[:6]
@@ -76,7 +80,7 @@ def agent_pods(
             name = f"{sa}-{which}-{suffix}"
             made = core.create_namespaced_pod(
                 AGENT_NS,
-                {
+                {  # type: ignore[arg-type]
                     "metadata": {"name": name},
                     "spec": {
                         "nodeName": node,
@@ -86,6 +90,7 @@ def agent_pods(
                     },
                 },
             )
+            assert made.metadata is not None and made.metadata.uid is not None
             pods[f"{sa}-{which}"] = (name, made.metadata.uid)
         pods[f"node-{which}"] = (node, "")
     yield pods

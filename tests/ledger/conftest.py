@@ -7,14 +7,15 @@ in tmp and on a fresh database of the session's PostgreSQL server.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
 
-from extender.clock import ManualClock
 from extender.ledger import open_ledger
 from extender.ledger.base import Ledger
 from extender.metrics import LedgerMetrics
+from extender.wire.clock import ManualClock
 
 from .pg import PgServer, binaries_missing
 
@@ -30,7 +31,7 @@ def pg_server() -> Iterator[PgServer]:
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def ledger_target(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:  # type: ignore[no-untyped-def]
+def ledger_target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield str(tmp_path / "ledger.db")
         return

@@ -10,10 +10,10 @@ import random
 import sys
 
 from extender.allocation import AlreadyAllocated
-from extender.clock import SystemClock
 from extender.ledger import open_ledger
 from extender.ledger.base import Ledger
 from extender.ledger.sql import NullHooks
+from extender.wire.clock import SystemClock
 
 from .helpers import GIB, decision, grant
 

@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Iterator
 from decimal import Decimal
+from typing import Any
 
 import httpx
 import pytest
@@ -16,8 +17,8 @@ from fastapi import FastAPI
 
 from extender.allocation import EventKind
 from extender.audit import audit_router
-from extender.clock import ManualClock
 from extender.ledger.base import Ledger
+from extender.wire.clock import ManualClock
 
 from .helpers import GIB, NODE, decision, grant
 from .pg import free_port
@@ -61,7 +62,7 @@ def api(ledger: Ledger, clock: ManualClock) -> Iterator[httpx.Client]:
     thread.join(timeout=30)
 
 
-def _uids(body: dict) -> list[str]:  # type: ignore[type-arg]
+def _uids(body: dict[str, Any]) -> list[str]:
     return [item["pod_uid"] for item in body["items"]]
 
 

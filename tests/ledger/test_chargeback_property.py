@@ -85,7 +85,9 @@ def scenarios(draw: st.DrawFn) -> tuple[list[ChargeRow], list[NodePeriod], float
 
 @settings(max_examples=300, deadline=None)
 @given(scenarios(), st.integers(0, 12 * 3600 * 1000), st.sampled_from(["namespace", "pod", "node"]))
-def test_charges_plus_idle_equal_node_cost(scenario, now_ms: int, group_by: str) -> None:  # type: ignore[no-untyped-def]
+def test_charges_plus_idle_equal_node_cost(
+    scenario: tuple[list[ChargeRow], list[NodePeriod], float, float], now_ms: int, group_by: str
+) -> None:
     rows, periods, start, end = scenario
     now = _t(now_ms)
     report = compute(rows, periods, start, end, now, group_by)

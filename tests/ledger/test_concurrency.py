@@ -11,9 +11,9 @@ import sys
 import threading
 from collections import Counter
 
-from extender.clock import ManualClock
 from extender.ledger import open_ledger
 from extender.ledger.records import AllocationFilter
+from extender.wire.clock import ManualClock
 
 from .contender import race
 

@@ -9,12 +9,13 @@ import signal
 import subprocess
 import sys
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
-from extender.clock import ManualClock
 from extender.ledger import open_ledger
 from extender.ledger.records import AllocationFilter
+from extender.wire.clock import ManualClock
 
 from .pg import PgServer
 from .writer import GRANTS
@@ -70,7 +71,7 @@ def _check_consistent(target: str, clock: ManualClock, committed: list[str]) -> 
         ledger.close()
 
 
-def test_sigkill_mid_burst_sqlite(tmp_path, clock: ManualClock) -> None:  # type: ignore[no-untyped-def]
+def test_sigkill_mid_burst_sqlite(tmp_path: Path, clock: ManualClock) -> None:
     target = str(tmp_path / "ledger.db")
     open_ledger(target, clock).close()  # schema first, so the kill lands in the burst
     proc = _spawn(target, "k", 1_000_000)

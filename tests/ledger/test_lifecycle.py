@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 
 from extender.allocation import AlreadyAllocated, EventKind, Observation, Status
-from extender.clock import ManualClock
 from extender.ledger import open_ledger
 from extender.ledger.base import Ledger
 from extender.ledger.records import AllocationFilter
 from extender.metrics import LedgerMetrics
+from extender.wire.clock import ManualClock
 
 from .helpers import GIB, NODE, decision, grant
 
@@ -156,7 +157,7 @@ def test_reopen_keeps_schema_and_data(ledger_target: str, clock: ManualClock) ->
         second.close()
 
 
-def test_unreachable_database_raises_ledger_unavailable(tmp_path, clock: ManualClock) -> None:  # type: ignore[no-untyped-def]
+def test_unreachable_database_raises_ledger_unavailable(tmp_path: Path, clock: ManualClock) -> None:
     from extender.allocation import LedgerUnavailable
     from extender.ledger.sqlite import SqliteDialect
 

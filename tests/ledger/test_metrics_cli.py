@@ -7,12 +7,13 @@ import os
 import subprocess
 import sys
 from decimal import Decimal
+from pathlib import Path
 
 from extender.allocation import EventKind, Observation
-from extender.clock import ManualClock
 from extender.ledger import open_ledger
 from extender.ledger.base import Ledger
 from extender.metrics import LedgerCollector, LedgerMetrics, metrics_response
+from extender.wire.clock import ManualClock
 
 from .helpers import GIB, NODE, decision, grant
 
@@ -55,7 +56,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_cli_chargeback_table_and_export(tmp_path, clock: ManualClock) -> None:  # type: ignore[no-untyped-def]
+def test_cli_chargeback_table_and_export(tmp_path: Path, clock: ManualClock) -> None:
     db = str(tmp_path / "l.db")
     led = open_ledger(db, clock)
     t = clock.now()

@@ -6,12 +6,13 @@ import os
 import sqlite3
 import subprocess
 import sys
+from pathlib import Path
 
 import psycopg
 import pytest
 
-from extender.clock import ManualClock
 from extender.ledger import is_dsn, open_ledger
+from extender.wire.clock import ManualClock
 
 from .helpers import decision
 
@@ -78,6 +79,6 @@ def test_edited_or_deleted_event_fails(filled: str, sql: str, bad_seq: int) -> N
     assert f"FAILED at event {bad_seq}:" in res.stderr
 
 
-def test_missing_ledger_is_an_error_not_a_pass(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_missing_ledger_is_an_error_not_a_pass(tmp_path: Path) -> None:
     res = _verify(str(tmp_path / "nope.db"))
     assert res.returncode == 2 and "no ledger" in res.stderr

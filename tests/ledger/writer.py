@@ -10,18 +10,22 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
-from extender.allocation import AlreadyAllocated, LedgerUnavailable
-from extender.clock import SystemClock
+from extender.allocation import AlreadyAllocated, Decision, LedgerUnavailable
 from extender.ledger import open_ledger
 from extender.ledger.sql import NullHooks
+from extender.wire.clock import SystemClock
 
 from .helpers import GIB, decision, grant
 
 GRANTS = 3
 
+T = TypeVar("T")
 
-def _retrying(fn, retry: bool):  # type: ignore[no-untyped-def]
+
+def _retrying(fn: Callable[..., T], retry: bool) -> T:
     deadline = time.monotonic() + 120
     while True:
         try:
@@ -41,7 +45,7 @@ def main(target: str, prefix: str, count: int, retry: bool) -> None:
         d = decision(uid, *(grant(f"GPU-{g}", 10 * GIB, index=g) for g in range(GRANTS)), at=t + i)
         attempts = 0
 
-        def decide(d=d) -> None:  # type: ignore[no-untyped-def]
+        def decide(d: Decision = d) -> None:
             nonlocal attempts
             attempts += 1
             try:

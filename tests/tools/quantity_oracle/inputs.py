@@ -8,8 +8,8 @@ table covers the corners of ``parseQuantityString`` nobody thought to write down
 from __future__ import annotations
 
 import json
-import re
 import random
+import re
 import sys
 
 HAND = [
@@ -126,7 +126,7 @@ HAND = [
     "-1e999999",
     "1e-999999",
     "٣Gi",
-    "２０Gi",
+    "２０Gi",  # noqa: RUF001 (fullwidth digits on purpose)
     "1e300",
     "1e-300",
 ]

@@ -1,0 +1,16 @@
+"""Pod annotation keys headroom reads and writes: part of its contract with users and
+with Kubernetes, so each key is spelled once here.
+
+- read from the pod a user writes: ``ANN_MEMORY`` (GPU memory per GPU, a Kubernetes
+  quantity such as ``20Gi``) and ``ANN_CAPACITY`` (``spot|on-demand|any``);
+- written at bind and read back when the extender rebuilds its state from the cluster:
+  ``ANN_GPU_UUIDS`` (comma-separated GPU or MIG UUIDs) and ``ANN_GPU_MEMORY_MIB``
+  (the memory granted per GPU, in MiB).
+"""
+
+from __future__ import annotations
+
+ANN_MEMORY = "headroom.dev/gpu-memory"
+ANN_CAPACITY = "headroom.dev/capacity-type"
+ANN_GPU_UUIDS = "headroom.dev/gpu-uuids"
+ANN_GPU_MEMORY_MIB = "headroom.dev/gpu-memory-mib"
