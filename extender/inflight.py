@@ -44,7 +44,3 @@ class InFlight:
             done = self._running.pop(uid, None)
         if done is not None:
             done.set()
-
-    def running(self, uid: str) -> bool:
-        with self._lock:
-            return uid in self._running

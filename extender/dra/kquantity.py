@@ -15,10 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 
-from extender.quantity import parse_quantity
+from extender.quantity import MIB, parse_quantity
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-MIB = 2**20
 
 
 @dataclass(frozen=True)
