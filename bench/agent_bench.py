@@ -29,11 +29,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from drivers.agent import Agent, build_report
-from drivers.attribution import Attributor, CachedAttributor
-from drivers.cgroup import ProcAttributor
-from drivers.metrics import AgentMetrics
-from drivers.simulated import SimulatedDriver
+from drivers.agent.loop import Agent, build_report
+from drivers.agent.metrics import AgentMetrics
+from drivers.attribution.cgroup import ProcAttributor
+from drivers.attribution.pods import Attributor, CachedAttributor
+from drivers.gpu.simulated import SimulatedDriver
 from extender.wire.clock import SystemClock
 from extender.wire.report import PodGrant, ReportResponse
 

@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.latency import HttpPairs, pod, report_nodes  # noqa: E402
-from extender.httpclient import make_client  # noqa: E402
+from extender.core.httpclient import make_client  # noqa: E402
 from extender.simulate.server_thread import free_port  # noqa: E402
 
 

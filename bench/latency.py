@@ -48,9 +48,9 @@ sys.path.insert(0, str(ROOT))
 
 from bench.goclient import GoClient  # noqa: E402
 from bench.leanclient import LeanClient  # noqa: E402
-from drivers.agent import build_report  # noqa: E402
-from drivers.simulated import SimulatedDriver  # noqa: E402
-from extender.httpclient import make_client  # noqa: E402
+from drivers.agent.loop import build_report  # noqa: E402
+from drivers.gpu.simulated import SimulatedDriver  # noqa: E402
+from extender.core.httpclient import make_client  # noqa: E402
 from extender.simulate.server_thread import free_port  # noqa: E402
 from extender.wire.clock import SystemClock  # noqa: E402
 

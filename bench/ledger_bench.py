@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from extender.allocation import Decision, GpuGrant, NodeRef, PodRef, Sharing
+from extender.core.allocation import Decision, GpuGrant, NodeRef, PodRef, Sharing
 from extender.ledger import chargeback_report, open_ledger
 from extender.ledger.sql import NullHooks, SqlLedger
 from extender.ledger.sqlite import SqliteDialect

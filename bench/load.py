@@ -43,7 +43,7 @@ from tqdm import tqdm
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from extender.httpclient import make_client  # noqa: E402
+from extender.core.httpclient import make_client  # noqa: E402
 from extender.simulate.server_thread import free_port  # noqa: E402
 
 TOKEN = "bench-load-token"

@@ -26,7 +26,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from extender.namebytes import NameIndex
+from extender.codec.namebytes import NameIndex
 from extender.wire.protocol import NodeName
 
 SCHEMES: dict[str, Callable[[int], str]] = {

@@ -29,18 +29,18 @@ import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import extender.plans
+import extender.scheduling.plans
 from bench.latency import LABELS, pod
-from drivers.agent import build_report
-from drivers.simulated import SimulatedDriver
-from extender.app import build
-from extender.namelists import ArgsDecoder, NameList
-from extender.runtime import tune_runtime
-from extender.service import SchedulingService
+from drivers.agent.loop import build_report
+from drivers.gpu.simulated import SimulatedDriver
+from extender.codec.namelists import ArgsDecoder, NameList
+from extender.http.runtime import tune_runtime
+from extender.scheduling.service import SchedulingService
 from extender.settings import Settings
 from extender.wire.clock import SystemClock
 from extender.wire.logs import setup_logging
 from extender.wire.report import NodeReport
+from extender.wiring import build
 
 Times = defaultdict[str, list[float]]
 
@@ -104,8 +104,8 @@ def run(shape: str, nodes: int, pods: int) -> tuple[list[float], list[float], Ti
             (decoder, "decode", "decode body"),
             (service, "_remember", "read demand"),
             (service, "_plan", "plan"),
-            (extender.plans, "_patch", "patch"),
-            (extender.plans, "_subset", "take from parent"),
+            (extender.scheduling.plans, "_patch", "patch"),
+            (extender.scheduling.plans, "_subset", "take from parent"),
             (service, "_evaluate_names", "evaluate"),
             (service, "_filter_outcome", "filter answer"),
             (service, "_reordered_filter", "reordered filter"),

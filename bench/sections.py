@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.latency import HttpPairs, measure, report_nodes, start_server  # noqa: E402
-from extender.httpclient import make_client  # noqa: E402
+from extender.core.httpclient import make_client  # noqa: E402
 
 
 def main() -> None:

@@ -24,19 +24,19 @@ import uvicorn
 from fastapi import Request
 from fastapi.responses import Response
 
-import extender.plans
+import extender.http.app
+import extender.scheduling.plans
+import extender.scheduling.service
 import extender.scoring.fragmentation
-import extender.server
-import extender.service
-from extender.app import build
-from extender.columns import NodeColumns
-from extender.namebytes import NameIndex
-from extender.namelists import ArgsDecoder, NameList
-from extender.plans import Plans
-from extender.runtime import tune_runtime
-from extender.service import SchedulingService
+from extender.codec.namebytes import NameIndex
+from extender.codec.namelists import ArgsDecoder, NameList
+from extender.http.runtime import tune_runtime
+from extender.scheduling.plans import Plans
+from extender.scheduling.service import SchedulingService
 from extender.settings import Settings
+from extender.state.columns import NodeColumns
 from extender.wire.logs import setup_logging
+from extender.wiring import build
 
 SECTIONS: list[tuple[Any, str]] = [
     (ArgsDecoder, "decode"),
@@ -56,28 +56,28 @@ SECTIONS: list[tuple[Any, str]] = [
     (Plans, "kept"),
     (Plans, "parent"),
     (NameList, "json"),
-    (extender.server, "encode_filter_result"),
+    (extender.http.app, "encode_filter_result"),
     # a plan brought up to date after a round of reports (churn), and the filter's answer
-    (extender.plans, "_patch"),
-    (extender.plans, "_merge"),
-    (extender.plans, "_subset"),
+    (extender.scheduling.plans, "_patch"),
+    (extender.scheduling.plans, "_merge"),
+    (extender.scheduling.plans, "_subset"),
     (SchedulingService, "_changed"),
     (SchedulingService, "_evaluate_names"),
     (NodeColumns, "read"),
-    (extender.service, "evaluate_rows"),
+    (extender.scheduling.service, "evaluate_rows"),
     (extender.scoring.fragmentation, "_greedy_one"),
     (SchedulingService, "_filter_outcome"),
-    (extender.service, "narrowed"),
-    (extender.service, "priority_array"),
-    (extender.service, "demand_of"),
-    (extender.service, "pod_ref"),
+    (extender.scheduling.service, "narrowed"),
+    (extender.scheduling.service, "priority_array"),
+    (extender.scheduling.service, "demand_of"),
+    (extender.scheduling.service, "pod_ref"),
     # a pod of a new shape: a plan evaluated afresh, its answers made once
     (Plans, "_evaluated"),
     (SchedulingService, "_evaluated_outcome"),
-    (extender.service, "passing_list"),
+    (extender.scheduling.service, "passing_list"),
     (SchedulingService, "_passing_reply"),
-    (extender.service, "scores_json"),
-    (extender.service, "same_ids"),
+    (extender.scheduling.service, "scores_json"),
+    (extender.scheduling.service, "same_ids"),
     # after an agent report: its handling, and the plans brought up to date after it
     (SchedulingService, "report"),
     (SchedulingService, "refresh"),

@@ -5,13 +5,13 @@ shares with the extender (report schema, usage and leak arithmetic, clock, loggi
 is in ``extender.wire``, the only part of ``extender`` this package imports.
 """
 
-from drivers.agent import Agent, build_report
-from drivers.attribution import Attribution, Attributor, CachedAttributor
-from drivers.base import GpuDevice, GpuDriver, GpuProcess, Health, MigInstance
-from drivers.cgroup import ProcAttributor, pod_from_cgroup
-from drivers.cli import add_agent_command
-from drivers.simulated import SimulatedDriver, SimulatedOutOfMemory
-from drivers.spec import GpuSpec, parse_gpu_spec
+from drivers.agent.cli import add_agent_command
+from drivers.agent.loop import Agent, build_report
+from drivers.attribution.cgroup import ProcAttributor, pod_from_cgroup
+from drivers.attribution.pods import Attribution, Attributor, CachedAttributor
+from drivers.gpu.base import GpuDevice, GpuDriver, GpuProcess, Health, MigInstance
+from drivers.gpu.simulated import SimulatedDriver, SimulatedOutOfMemory
+from drivers.gpu.spec import GpuSpec, parse_gpu_spec
 
 __all__ = [
     "Agent",

@@ -115,9 +115,9 @@ def _edge_flags(p: argparse.ArgumentParser) -> None:
 def _serve(args: argparse.Namespace) -> int:
     import asyncio
 
-    from extender.app import build, serve
     from extender.settings import Settings
     from extender.wire.logs import setup_logging
+    from extender.wiring import build, serve
 
     overrides = {k: v for k, v in vars(args).items() if v is not None and k not in ("func", "cmd")}
     settings = Settings(**overrides)
@@ -166,9 +166,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _optional_commands() -> list[Callable[[Any], object]]:
-    from drivers.cli import add_agent_command
+    from drivers.agent.cli import add_agent_command
     from extender.dra.cli import add_claim_command
-    from extender.ledger_cli import add_ledger_command
+    from extender.ledger.cli import add_ledger_command
 
     commands: list[Callable[[Any], object]] = [add_agent_command, add_ledger_command]
     commands.append(add_claim_command)

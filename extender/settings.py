@@ -29,7 +29,7 @@ class Settings(BaseSettings):
     stale_after: float = Field(30.0, gt=0, description="seconds before a report is stale")
     # after each agent report and bind, the plans of the shapes filtered in the last
     # refresh_window seconds (at most refresh_shapes) are brought up to date, so the next
-    # pod's filter does not do it (extender/hotshapes.py); 0 turns it off
+    # pod's filter does not do it (extender/scheduling/hotshapes.py); 0 turns it off
     refresh_shapes: int = Field(2, ge=0)
     refresh_window: float = Field(10.0, ge=0)
     margin_mib: int = Field(512, ge=0, description="safety margin kept free on each GPU")

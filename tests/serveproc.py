@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 import msgspec
 
-from drivers.agent import build_report
-from drivers.simulated import SimulatedDriver
+from drivers.agent.loop import build_report
+from drivers.gpu.simulated import SimulatedDriver
 from extender.simulate.server_thread import free_port
 from extender.wire.clock import SystemClock
 

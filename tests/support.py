@@ -13,14 +13,14 @@ from typing import Any
 import httpx
 import msgspec
 
-from drivers.agent import build_report
-from drivers.simulated import SimulatedDriver
-from extender.app import Built, build
-from extender.binder import Binder, InProcessBinder
-from extender.httpclient import make_client
+from drivers.agent.loop import build_report
+from drivers.gpu.simulated import SimulatedDriver
+from extender.core.httpclient import make_client
+from extender.scheduling.binder import Binder, InProcessBinder
 from extender.settings import Settings
 from extender.simulate.server_thread import ServerThread
 from extender.wire.clock import ManualClock
+from extender.wiring import Built, build
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TOKEN = "test-agent-token"

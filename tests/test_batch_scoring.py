@@ -13,12 +13,12 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.columns import NodeColumns
-from extender.demand import CapacityPref, GpuDemand
 from extender.scoring import POLICIES, Context, Limits, evaluate, policy_by_name
 from extender.scoring.batch import GpuBatch
 from extender.scoring.framework import evaluate_batch, evaluate_rows
 from extender.scoring.model import GpuView, NodeView
+from extender.state.columns import NodeColumns
+from extender.state.demand import CapacityPref, GpuDemand
 
 TOTALS = [16_384, 24_576, 46_068, 81_920]
 MEMS = [None, 512, 4096, 8192, 10_000, 16_384, 24_000, 40_000]

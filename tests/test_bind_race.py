@@ -5,8 +5,8 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from extender.allocation import Status
-from extender.binder import BindError
+from extender.core.allocation import Status
+from extender.scheduling.binder import BindError
 from tests.support import gpu_pod, running_extender
 
 

@@ -11,12 +11,12 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender import plans
-from extender.nodebytes import value_end
+from extender.codec.nodebytes import value_end
+from extender.scheduling import plans
 
 
 def test_the_server_imports_no_compiler() -> None:
-    code = "import sys, extender.app; print(sorted({'numba', 'llvmlite'} & set(sys.modules)))"
+    code = "import sys, extender.wiring; print(sorted({'numba', 'llvmlite'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from extender.demand import CapacityPref, DemandError, GpuDemand, demand_of
+from extender.core.quantity import quantity_to_mib
 from extender.pricing import load_pricebook
-from extender.quantity import quantity_to_mib
+from extender.state.demand import CapacityPref, DemandError, GpuDemand, demand_of
 from extender.wire.protocol import Pod
 from tests.support import gpu_pod
 

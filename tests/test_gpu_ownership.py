@@ -8,9 +8,9 @@ from pathlib import Path
 
 import msgspec
 
-from drivers.agent import build_report
-from extender.inventory import Grant, Inventory, ReportRefused
+from drivers.agent.loop import build_report
 from extender.pricing import load_pricebook
+from extender.state.inventory import Grant, Inventory, ReportRefused
 from extender.wire.report import GpuReport, NodeReport
 from tests.support import Extender, gpu_pod, running_extender
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from extender.demand import GpuDemand
-from extender.hotshapes import HotShapes
-from extender.service import SchedulingService
+from extender.scheduling.hotshapes import HotShapes
+from extender.scheduling.service import SchedulingService
+from extender.state.demand import GpuDemand
 from extender.wire.clock import ManualClock
 from tests.support import gpu_pod, running_extender
 from tests.test_reorder import NODES, Asker, report_used, service_of

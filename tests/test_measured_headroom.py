@@ -7,7 +7,7 @@ from pathlib import Path
 
 import msgspec
 
-from drivers.agent import Agent
+from drivers.agent.loop import Agent
 from tests.support import gpu_pod, running_extender
 
 GIB = 1024

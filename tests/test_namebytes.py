@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.namebytes import NAME_MAX, NameIndex
+from extender.codec.namebytes import NAME_MAX, NameIndex
 from extender.wire.protocol import NodeName
 
 JSON = msgspec.json.Decoder(list[NodeName] | None)

@@ -7,8 +7,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.namebytes import NAME_MAX, NameIndex
-from extender.namejson import names_json, scores_json
+from extender.codec.namebytes import NAME_MAX, NameIndex
+from extender.codec.namejson import names_json, scores_json
 from extender.wire.protocol import HostPriority, encoder
 
 PLAIN = st.text(

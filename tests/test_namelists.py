@@ -11,11 +11,8 @@ import msgspec
 import numpy as np
 import pytest
 
-from extender.binder import InProcessBinder
-from extender.inventory import Inventory
-from extender.ledger import open_ledger
-from extender.namebytes import NameIndex
-from extender.namelists import (
+from extender.codec.namebytes import NameIndex
+from extender.codec.namelists import (
     ArgsDecoder,
     NameList,
     name_ids,
@@ -25,9 +22,12 @@ from extender.namelists import (
     same_ids,
     same_names,
 )
+from extender.ledger import open_ledger
 from extender.pricing import load_pricebook
+from extender.scheduling.binder import InProcessBinder
+from extender.scheduling.service import SchedulingService
 from extender.scoring import policy_by_name
-from extender.service import SchedulingService
+from extender.state.inventory import Inventory
 from extender.wire.clock import ManualClock
 from extender.wire.protocol import ExtenderFilterResult, args_decoder, encoder
 

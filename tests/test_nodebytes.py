@@ -14,11 +14,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.namebytes import NameIndex
-from extender.namelists import ArgsDecoder, NameList
-from extender.nodebytes import FOUND_ALL, HASHED, MISS, PROBES, ByteIndex, value_end
-from extender.nodecache import MAX_NEW, NodeObjectCache, WalkedNodes
-from extender.nodefacts import NodeFacts
+from extender.codec.namebytes import NameIndex
+from extender.codec.namelists import ArgsDecoder, NameList
+from extender.codec.nodebytes import FOUND_ALL, HASHED, MISS, PROBES, ByteIndex, value_end
+from extender.codec.nodecache import MAX_NEW, NodeObjectCache, WalkedNodes
+from extender.state.nodefacts import NodeFacts
 from extender.wire.protocol import ExtenderArgs
 
 NODE = json.loads((Path(__file__).parent / "fixtures/node_g5_12xlarge.json").read_text())

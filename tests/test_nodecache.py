@@ -10,8 +10,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from extender.nodecache import HEAD, NodeObjectCache, identifying_head
-from extender.nodefacts import NodeFacts
+from extender.codec.nodecache import HEAD, NodeObjectCache, identifying_head
+from extender.state.nodefacts import NodeFacts
 from extender.wire.protocol import RawNodeList, args_decoder
 
 NODE = json.loads((Path(__file__).parent / "fixtures/node_g5_12xlarge.json").read_text())

@@ -10,17 +10,17 @@ import msgspec
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from drivers.agent import build_report
-from drivers.simulated import SimulatedDriver
-from extender.binder import InProcessBinder
-from extender.inventory import Inventory
+from drivers.agent.loop import build_report
+from drivers.gpu.simulated import SimulatedDriver
+from extender.codec.namelists import ArgsDecoder, NameList
 from extender.ledger import open_ledger
-from extender.namelists import ArgsDecoder, NameList
-from extender.nodefacts import facts_from_labels
-from extender.plans import Plans
 from extender.pricing import load_pricebook
+from extender.scheduling.binder import InProcessBinder
+from extender.scheduling.plans import Plans
+from extender.scheduling.service import SchedulingService, ServiceConfig
 from extender.scoring import policy_by_name
-from extender.service import SchedulingService, ServiceConfig
+from extender.state.inventory import Inventory
+from extender.state.nodefacts import facts_from_labels
 from extender.wire.clock import ManualClock
 from extender.wire.protocol import ExtenderBindingArgs, encoder
 
@@ -168,8 +168,8 @@ def test_plans_are_kept_for_a_bounded_number_of_shapes() -> None:
     widest plan, a whole candidate list's arrays, is kept for the latest shapes only."""
     import numpy as np
 
-    from extender.namebytes import NameIndex
-    from extender.plans import Outcome
+    from extender.codec.namebytes import NameIndex
+    from extender.scheduling.plans import Outcome
 
     def evaluate(names: Sequence[str], rows: object) -> Outcome:
         n = len(names)

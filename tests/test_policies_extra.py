@@ -8,7 +8,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bench.quality.baselines import DotProduct, RandomFit
-from extender.demand import GpuDemand
 from extender.scoring import (
     Context,
     Evaluation,
@@ -24,6 +23,7 @@ from extender.scoring.narrowing import blended, narrow
 from extender.scoring.policies import Fgd, GpuPacking, Headroom
 from extender.scoring.policies.fgd import fragmentation
 from extender.scoring.policies.headroom import TIE, Fragmentation
+from extender.state.demand import GpuDemand
 
 GIB = 1024
 EXACT = Limits(margin_mib=0, idle_mib=0)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from extender.allocation import Sharing, Status
+from extender.core.allocation import Sharing, Status
 from tests.support import Extender, gpu_pod, real_node, running_extender
 
 FILTER_KEYS = {"NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}

@@ -28,9 +28,9 @@ from bench.quality.trace import (
     read_alibaba_pods,
     trace_mix,
 )
-from extender.demand import CapacityPref, GpuDemand
 from extender.pricing import load_pricebook
 from extender.scoring import Context, Limits, Weights
+from extender.state.demand import CapacityPref, GpuDemand
 
 GIB = 1024
 SAMPLE = Path(__file__).resolve().parents[1] / "bench" / "quality" / "sample"

@@ -16,8 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from extender.demand import DemandError, demand_of
-from extender.quantity import (
+from extender.core.quantity import (
     MAX_LENGTH,
     MAX_VALUE,
     QuantityError,
@@ -25,6 +24,7 @@ from extender.quantity import (
     quantity_to_int,
     quantity_to_mib,
 )
+from extender.state.demand import DemandError, demand_of
 from extender.wire.protocol import Pod
 
 TABLE = json.loads(

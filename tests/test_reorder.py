@@ -11,17 +11,17 @@ import msgspec
 import numpy as np
 import pytest
 
-from drivers.agent import build_report
-from drivers.simulated import SimulatedDriver
-from extender.binder import InProcessBinder
-from extender.inventory import Inventory
+from drivers.agent.loop import build_report
+from drivers.gpu.simulated import SimulatedDriver
+from extender.codec.namelists import ArgsDecoder, NameList
 from extender.ledger import open_ledger
-from extender.namelists import ArgsDecoder, NameList
-from extender.plans import Plans
 from extender.pricing import load_pricebook
-from extender.reorder import passing_positions, scores_by_id, scores_of
+from extender.scheduling.binder import InProcessBinder
+from extender.scheduling.plans import Plans
+from extender.scheduling.reorder import passing_positions, scores_by_id, scores_of
+from extender.scheduling.service import SchedulingService, ServiceConfig
 from extender.scoring import policy_by_name
-from extender.service import SchedulingService, ServiceConfig
+from extender.state.inventory import Inventory
 from extender.wire.clock import ManualClock
 from extender.wire.protocol import encoder
 

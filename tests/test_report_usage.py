@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from extender.allocation import EventKind, Observation
-from extender.inventory import Grant
-from extender.usage import UNACCOUNTED_THRESHOLD_MIB, discrepancies, observations
+from extender.core.allocation import EventKind, Observation
+from extender.scheduling.discrepancies import UNACCOUNTED_THRESHOLD_MIB, discrepancies, observations
+from extender.state.inventory import Grant
 from extender.wire.report import GpuReport, MigReport, NodeReport, ProcessReport
 from extender.wire.usage import pods_measured, unattributed_mib
 

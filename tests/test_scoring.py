@@ -6,11 +6,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from extender.demand import CapacityPref, GpuDemand
 from extender.scoring import Context, GpuView, Limits, NodeView, Weights, evaluate, priorities
 from extender.scoring.cost import cost_terms
 from extender.scoring.policies import Binpack, Fgd, Spread, policy_by_name
 from extender.scoring.policies.fgd import fragmentation, task_fragment
+from extender.state.demand import CapacityPref, GpuDemand
 
 GIB = 1024
 EXACT = Limits(margin_mib=0, idle_mib=0)

@@ -3,9 +3,9 @@ not at every agent report."""
 
 from __future__ import annotations
 
-from extender.allocation import EventKind
-from extender.throttle import DiscrepancyThrottle
-from extender.usage import Discrepancy
+from extender.core.allocation import EventKind
+from extender.scheduling.discrepancies import Discrepancy
+from extender.scheduling.throttle import DiscrepancyThrottle
 
 
 def leak(amount: int, pod: str = "p1") -> Discrepancy:

@@ -13,8 +13,8 @@ from fastapi import FastAPI
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from extender.http.webhook import BadReview, WebhookPolicy, review_pod, webhook_router
 from extender.simulate.server_thread import ServerThread
-from extender.webhook import BadReview, WebhookPolicy, review_pod, webhook_router
 
 UID = "705ab4f5-6393-11e8-b7cc-42010a800002"
 

@@ -3,8 +3,8 @@ throws away every cached evaluation) only when it really moved."""
 
 from __future__ import annotations
 
-from extender.demand import GpuDemand
-from extender.workload import DEFAULT_MIX, WorkloadMix
+from extender.state.demand import GpuDemand
+from extender.state.workload import DEFAULT_MIX, WorkloadMix
 
 
 def test_a_steady_workload_publishes_once() -> None:

@@ -13,10 +13,10 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from extender.demand import GpuDemand
 from extender.scoring.fit import unit_mib
 from extender.scoring.model import GpuView, NodeView
 from extender.scoring.policy import Context
+from extender.state.demand import GpuDemand
 
 
 class RandomFit:

@@ -39,8 +39,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from extender.demand import CapacityPref, GpuDemand
 from extender.scoring.policy import Shape
+from extender.state.demand import CapacityPref, GpuDemand
 
 GIB = 1024
 TOLERANT_QOS = frozenset({"BE", "BURSTABLE"})
@@ -182,7 +182,7 @@ def nominal_mib(pod: TracePod, model_mem: Mapping[str, Sequence[int]]) -> float:
 
 def trace_mix(pods: Sequence[TracePod], top: int = 8) -> tuple[tuple[Shape, float], ...]:
     """FGD's target workload: the ``top`` commonest shapes, shares renormalised (what
-    ``extender.workload.WorkloadMix`` converges to without decay)."""
+    ``extender.state.workload.WorkloadMix`` converges to without decay)."""
     counts = Counter(p.demand.key for p in pods)
     best = counts.most_common(top)
     total = sum(c for _, c in best)

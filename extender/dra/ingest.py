@@ -38,7 +38,7 @@ from dataclasses import replace
 from decimal import ROUND_DOWN, Decimal
 from typing import Any
 
-from extender.allocation import Decision, GpuGrant, NodeRef, PodRef, Sharing
+from extender.core.allocation import Decision, GpuGrant, NodeRef, PodRef, Sharing
 from extender.dra.feasibility import (
     DeviceKey,
     current_devices,

@@ -5,7 +5,7 @@ Quantity methods (``compareTo``, ``isGreaterThan``, ...) are implemented here an
 registered with celpy as extension functions by ``extender.dra.cel``. Values are exact
 ``Decimal``s, as the apiserver's ``inf.Dec`` comparison is exact.
 
-Parsing is ``extender.quantity``'s, the apiserver's own grammar: a string the apiserver
+Parsing is ``extender.core.quantity``'s, the apiserver's own grammar: a string the apiserver
 would reject must not be accepted here either, or a template we write could fail at
 ``kubectl apply``.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 
-from extender.quantity import MIB, parse_quantity
+from extender.core.quantity import MIB, parse_quantity
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import re2
 
+from extender.core.quantity import parse_quantity
 from extender.dra.celfuncs import compile_re2, re2_message
-from extender.quantity import parse_quantity
 from extender.wire.annotations import ANN_MEMORY
 
 API_VERSION = "resource.k8s.io/v1"

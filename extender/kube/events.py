@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 from kubernetes import client
 
-from extender.allocation import PodRef
+from extender.core.allocation import PodRef
 from extender.wire.clock import Clock
 
 log = logging.getLogger("headroom.kube.events")

@@ -19,13 +19,13 @@ import msgspec
 from kubernetes import client
 from kubernetes.dynamic import DynamicClient
 
-from extender.allocation import PodRef
+from extender.core.allocation import PodRef
 from extender.dra.ingest import ClaimIngestError
 from extender.dra.state import DraState
-from extender.inventory import Grant
 from extender.kube.watch import Kind, Watcher
-from extender.nodefacts import facts_from_node
-from extender.service import SchedulingService, pod_ref
+from extender.scheduling.service import SchedulingService, pod_ref
+from extender.state.inventory import Grant
+from extender.state.nodefacts import facts_from_node
 from extender.wire.annotations import ANN_GPU_MEMORY_MIB, ANN_GPU_UUIDS
 from extender.wire.protocol import Node, Pod
 

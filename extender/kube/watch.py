@@ -18,8 +18,8 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
-from extender.retry import reconnecting
-from extender.runtime import collect_due
+from extender.core.retry import reconnecting
+from extender.http.runtime import collect_due
 
 log = logging.getLogger("headroom.kube.watch")
 

@@ -6,8 +6,8 @@
 
 from __future__ import annotations
 
-from extender.chargeback import ChargebackReport, compute
 from extender.ledger.base import Ledger
+from extender.ledger.chargeback import ChargebackReport, compute
 from extender.ledger.sql import Hooks, SqlLedger
 from extender.wire.clock import Clock
 
@@ -23,13 +23,13 @@ def open_ledger(
 ) -> Ledger:
     """Open (and migrate) the ledger at ``target``; raises ``LedgerUnavailable``.
 
-    ``hooks`` default to the process metrics (``extender.metrics.METRICS``).
+    ``hooks`` default to the process metrics (``extender.ledger.metrics.METRICS``).
     ``timeout_s`` bounds each wait on the database (connect, statement, lock, SQLite's
     busy wait): a bind must answer before kube-scheduler's 5 s extender timeout.
     """
     del clock  # writes carry their own timestamps; kept for the stable signature
     if hooks is None:
-        from extender.metrics import METRICS
+        from extender.ledger.metrics import METRICS
 
         hooks = METRICS
     if is_dsn(target):

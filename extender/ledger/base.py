@@ -12,8 +12,8 @@ from collections.abc import Iterator, Sequence
 from decimal import Decimal
 from typing import Protocol
 
-from extender.allocation import Allocation, Decision, EventKind, NodeRef, Observation
-from extender.chargeback import ChargeRow
+from extender.core.allocation import Allocation, Decision, EventKind, NodeRef, Observation
+from extender.ledger.chargeback import ChargeRow
 from extender.ledger.records import (
     AllocationFilter,
     ChainReport,

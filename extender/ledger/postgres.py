@@ -26,7 +26,7 @@ from decimal import Decimal
 import psycopg
 import psycopg.errors
 
-from extender.allocation import LedgerUnavailable
+from extender.core.allocation import LedgerUnavailable
 from extender.ledger.sql import UniqueConflict
 
 TYPES = {

@@ -1,6 +1,6 @@
 """Plain read-side records of the ledger (no I/O): what queries return.
 
-Kept apart from ``extender.allocation`` (the write-side data the scheduling path
+Kept apart from ``extender.core.allocation`` (the write-side data the scheduling path
 shares) so the audit API and the CLI can grow without touching the lead's types.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from extender.chargeback import NodePeriod
+from extender.ledger.chargeback import NodePeriod
 
 __all__ = [
     "AllocationFilter",

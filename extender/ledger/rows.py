@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
-from extender.allocation import Allocation, GpuGrant, NodeRef, PodRef, Sharing, Status
-from extender.chargeback import ChargeRow
+from extender.core.allocation import Allocation, GpuGrant, NodeRef, PodRef, Sharing, Status
+from extender.ledger.chargeback import ChargeRow
 from extender.ledger.records import (
     AllocationFilter,
     DiscrepancyRecord,

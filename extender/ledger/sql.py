@@ -18,7 +18,7 @@ from contextlib import AbstractContextManager, contextmanager
 from decimal import Decimal
 from typing import Any, Protocol
 
-from extender.allocation import (
+from extender.core.allocation import (
     Allocation,
     AlreadyAllocated,
     Decision,
@@ -27,9 +27,9 @@ from extender.allocation import (
     Observation,
     Status,
 )
-from extender.chargeback import ChargeRow
 from extender.ledger import rows
 from extender.ledger.chain import GENESIS, canonical_payload, event_hash, verify
+from extender.ledger.chargeback import ChargeRow
 from extender.ledger.records import (
     AllocationFilter,
     ChainReport,

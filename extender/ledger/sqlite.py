@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, suppress
 from decimal import Decimal
 
-from extender.allocation import LedgerUnavailable
+from extender.core.allocation import LedgerUnavailable
 from extender.ledger.sql import UniqueConflict
 
 TYPES = {"id": "INTEGER PRIMARY KEY AUTOINCREMENT", "real": "REAL", "money": "TEXT", "text": "TEXT"}

@@ -22,7 +22,6 @@ from typing import NamedTuple
 
 import numpy as np
 
-from extender.demand import CapacityPref, GpuDemand
 from extender.scoring.batch import (
     WHOLE,
     Bools,
@@ -35,6 +34,7 @@ from extender.scoring.batch import (
 )
 from extender.scoring.model import Limits
 from extender.scoring.policy import Shape
+from extender.state.demand import CapacityPref, GpuDemand
 
 Mix = Sequence[tuple[Shape, float]]
 

@@ -15,12 +15,12 @@ from typing import cast
 import numpy as np
 import numpy.typing as npt
 
-from extender.demand import CapacityPref, GpuDemand
 from extender.scoring.batch import GpuBatch, Ints
 from extender.scoring.cost import Floats, cost_of
 from extender.scoring.fit import fitting_gpus, shortfall_reason
 from extender.scoring.model import GpuView, NodeView
 from extender.scoring.policy import Context, Policy, RowEvaluator
+from extender.state.demand import CapacityPref, GpuDemand
 from extender.wire.protocol import MAX_PRIORITY
 
 SPOT = "spot"

@@ -10,10 +10,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from extender.demand import GpuDemand
 from extender.scoring.batch import Bools, Floats, GpuBatch, Ints
 from extender.scoring.fit import unit_mib
 from extender.scoring.model import GpuView, Limits, NodeView
+from extender.state.demand import GpuDemand
 
 # A workload shape (count, memory MiB per GPU or None for whole, MIG profile) and its share.
 Shape = tuple[int, int | None, str]

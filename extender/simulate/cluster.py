@@ -6,7 +6,8 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from extender.nodefacts import (
+from extender.pricing import InstancePrice, PriceBook
+from extender.state.nodefacts import (
     CAPACITY_TYPE,
     GPU_COUNT,
     GPU_MEMORY,
@@ -15,7 +16,6 @@ from extender.nodefacts import (
     NODEPOOL,
     ZONE,
 )
-from extender.pricing import InstancePrice, PriceBook
 
 # (instance type, relative frequency): what a GPU NodePool on AWS typically launches.
 INSTANCE_MIX: tuple[tuple[str, int], ...] = (

@@ -14,22 +14,22 @@ from pathlib import Path
 import msgspec
 from tqdm import tqdm
 
-from drivers.agent import build_report
-from drivers.simulated import SimulatedDriver
-from extender.app import build
-from extender.binder import InProcessBinder
-from extender.httpclient import make_client
+from drivers.agent.loop import build_report
+from drivers.gpu.simulated import SimulatedDriver
+from extender.core.httpclient import make_client
+from extender.core.table import align
 from extender.ledger import chargeback_report
 from extender.pricing import load_pricebook
+from extender.scheduling.binder import InProcessBinder
 from extender.scoring.policies.fgd import fragmentation, node_state
 from extender.settings import Settings
 from extender.simulate.cluster import SimNode, make_cluster
 from extender.simulate.scheduler import SchedulerDriver
 from extender.simulate.server_thread import ServerThread
 from extender.simulate.workload import SimPod, make_workload
-from extender.table import align
 from extender.wire.annotations import ANN_GPU_MEMORY_MIB, ANN_GPU_UUIDS
 from extender.wire.clock import ManualClock
+from extender.wiring import build
 
 REPORT_EVERY_S = 120.0
 TOKEN = "simulate-agent-token"

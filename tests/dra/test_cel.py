@@ -7,11 +7,11 @@ from decimal import Decimal
 import kubernetes_validate
 import pytest
 
+from extender.core.quantity import parse_quantity
 from extender.dra import cel
 from extender.dra.cel import device_activation, evaluate, matches_all
 from extender.dra.kquantity import Quantity
 from extender.dra.semver import Semver
-from extender.quantity import parse_quantity
 
 from . import nvidia
 

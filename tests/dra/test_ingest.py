@@ -10,7 +10,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from extender.allocation import Decision, NodeRef, PodRef, Sharing
+from extender.core.allocation import Decision, NodeRef, PodRef, Sharing
 from extender.dra.ingest import ClaimIngestError, decisions_from_claim, gpu_index
 from extender.ledger import open_ledger
 from extender.wire.clock import ManualClock

@@ -17,11 +17,11 @@ import pytest
 from drivers_report_server import ReportServer
 from prometheus_client import CollectorRegistry
 
-from drivers.agent import Agent
-from drivers.cli import add_agent_command, main
-from drivers.metrics import AgentMetrics
-from drivers.server import MetricsServer
-from drivers.simulated import SimulatedDriver
+from drivers.agent.cli import add_agent_command, main
+from drivers.agent.loop import Agent
+from drivers.agent.metrics import AgentMetrics
+from drivers.agent.server import MetricsServer
+from drivers.gpu.simulated import SimulatedDriver
 from extender.wire.clock import ManualClock
 from extender.wire.report import report_decoder
 

@@ -6,11 +6,11 @@ import msgspec
 import pytest
 from prometheus_client import CollectorRegistry
 
-from drivers.agent import Agent, build_report
-from drivers.attribution import Attribution
-from drivers.base import GpuDevice, GpuProcess, Health, MigInstance
-from drivers.metrics import AgentMetrics
-from drivers.simulated import SimulatedDriver
+from drivers.agent.loop import Agent, build_report
+from drivers.agent.metrics import AgentMetrics
+from drivers.attribution.pods import Attribution
+from drivers.gpu.base import GpuDevice, GpuProcess, Health, MigInstance
+from drivers.gpu.simulated import SimulatedDriver
 from extender.wire.clock import ManualClock
 from extender.wire.report import (
     MAX_STRING,

@@ -10,10 +10,10 @@ import pytest
 from drivers_report_server import ReportServer
 from prometheus_client import CollectorRegistry
 
-from drivers.agent import Agent
-from drivers.metrics import AgentMetrics
-from drivers.sender import ReportSender
-from drivers.simulated import SimulatedDriver
+from drivers.agent.loop import Agent
+from drivers.agent.metrics import AgentMetrics
+from drivers.agent.sender import ReportSender
+from drivers.gpu.simulated import SimulatedDriver
 from extender.wire.clock import ManualClock
 from extender.wire.report import NodeReport, PodGrant
 

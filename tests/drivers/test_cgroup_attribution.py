@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from drivers.attribution import Attribution, CachedAttributor
-from drivers.cgroup import ProcAttributor, pod_from_cgroup
+from drivers.attribution.cgroup import ProcAttributor, pod_from_cgroup
+from drivers.attribution.pods import Attribution, CachedAttributor
 
 # DataDog/datadog-agent pkg/util/cgroups/pid_mapper_test.go (cgroupV1ProcCgroup): cgroup v1
 # hybrid host, cgroupfs driver, containerd; note the 0:: line is containerd.service.

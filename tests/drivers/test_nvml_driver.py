@@ -11,7 +11,7 @@ from typing import Any
 import pynvml
 import pytest
 
-from drivers.nvml import NvmlDriver, NvmlInitError
+from drivers.gpu.nvml import NvmlDriver, NvmlInitError
 
 GiB = 1024**3
 MiB = 1024**2

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from drivers.simulated import DRIFT_BOUND, SimulatedDriver, SimulatedOutOfMemory
-from drivers.spec import GpuSpec, parse_gpu_spec
+from drivers.gpu.simulated import DRIFT_BOUND, SimulatedDriver, SimulatedOutOfMemory
+from drivers.gpu.spec import GpuSpec, parse_gpu_spec
 from extender.wire.clock import ManualClock
 
 # --- spec parser ---------------------------------------------------------------

@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from drivers.simulated import SimulatedDriver
+from drivers.gpu.simulated import SimulatedDriver
 from tests.serveproc import ServeProc
 
 

@@ -13,13 +13,13 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from extender.inventory import Inventory
 from extender.kube.binder import KubeBinder
 from extender.ledger import open_ledger
 from extender.pricing import load_pricebook
+from extender.scheduling.service import SchedulingService
 from extender.scoring import policy_by_name
-from extender.service import SchedulingService
 from extender.simulate.server_thread import free_port
+from extender.state.inventory import Inventory
 from extender.wire.clock import SystemClock
 from extender.wire.protocol import ExtenderBindingArgs, args_decoder
 
@@ -89,8 +89,8 @@ def test_pod_and_node_lifecycle_end_allocations(
 
 
 def service_with(binder: Any, tmp_path: Path) -> SchedulingService:
-    from drivers.agent import build_report
-    from drivers.simulated import SimulatedDriver
+    from drivers.agent.loop import build_report
+    from drivers.gpu.simulated import SimulatedDriver
 
     clock = SystemClock()
     svc = SchedulingService(

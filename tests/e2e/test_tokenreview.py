@@ -19,12 +19,12 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from drivers.agent import build_report
-from drivers.simulated import SimulatedDriver
-from extender.app import Built, build
+from drivers.agent.loop import build_report
+from drivers.gpu.simulated import SimulatedDriver
 from extender.settings import Settings
 from extender.simulate.server_thread import ServerThread
 from extender.wire.clock import SystemClock
+from extender.wiring import Built, build
 
 from .cluster import ControlPlane
 

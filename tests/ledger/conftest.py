@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 
 from extender.ledger import open_ledger
 from extender.ledger.base import Ledger
-from extender.metrics import LedgerMetrics
+from extender.ledger.metrics import LedgerMetrics
 from extender.wire.clock import ManualClock
 
 from .pg import PgServer, binaries_missing

@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 import sys
 
-from extender.allocation import AlreadyAllocated
+from extender.core.allocation import AlreadyAllocated
 from extender.ledger import open_ledger
 from extender.ledger.base import Ledger
 from extender.ledger.sql import NullHooks

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from extender.allocation import Decision, GpuGrant, NodeRef, PodRef, Sharing
+from extender.core.allocation import Decision, GpuGrant, NodeRef, PodRef, Sharing
 
 GIB = 1024
 NODE = NodeRef("node-a", "p5.48xlarge", "on-demand", "us-east-1a", "gpu")

@@ -15,8 +15,8 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 
-from extender.allocation import EventKind
-from extender.audit import audit_router
+from extender.core.allocation import EventKind
+from extender.http.audit import audit_router
 from extender.ledger.base import Ledger
 from extender.wire.clock import ManualClock
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from extender.chargeback import ChargebackReport
 from extender.ledger import chargeback_report
 from extender.ledger.base import Ledger
+from extender.ledger.chargeback import ChargebackReport
 from extender.wire.clock import ManualClock
 
 from .helpers import GIB, NODE, decision, grant

@@ -19,10 +19,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from extender.allocation import Decision, LedgerUnavailable
-from extender.inventory import Grant, Inventory
+from extender.core.allocation import Decision, LedgerUnavailable
 from extender.ledger.sql import SqlLedger
 from extender.pricing import load_pricebook
+from extender.state.inventory import Grant, Inventory
 from tests.ledger.pg import PgServer
 from tests.support import Extender, gpu_pod, running_extender
 

@@ -13,7 +13,7 @@ from fractions import Fraction
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.chargeback import ChargeRow, NodePeriod, compute
+from extender.ledger.chargeback import ChargeRow, NodePeriod, compute
 
 T0 = 1_767_225_600
 GPU_MIB = 81_920

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from extender.allocation import AlreadyAllocated, EventKind, Observation, Status
+from extender.core.allocation import AlreadyAllocated, EventKind, Observation, Status
 from extender.ledger import open_ledger
 from extender.ledger.base import Ledger
+from extender.ledger.metrics import LedgerMetrics
 from extender.ledger.records import AllocationFilter
-from extender.metrics import LedgerMetrics
 from extender.wire.clock import ManualClock
 
 from .helpers import GIB, NODE, decision, grant
@@ -158,7 +158,7 @@ def test_reopen_keeps_schema_and_data(ledger_target: str, clock: ManualClock) ->
 
 
 def test_unreachable_database_raises_ledger_unavailable(tmp_path: Path, clock: ManualClock) -> None:
-    from extender.allocation import LedgerUnavailable
+    from extender.core.allocation import LedgerUnavailable
     from extender.ledger.sqlite import SqliteDialect
 
     from .pg import free_port

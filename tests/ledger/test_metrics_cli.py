@@ -9,10 +9,10 @@ import sys
 from decimal import Decimal
 from pathlib import Path
 
-from extender.allocation import EventKind, Observation
+from extender.core.allocation import EventKind, Observation
 from extender.ledger import open_ledger
 from extender.ledger.base import Ledger
-from extender.metrics import LedgerCollector, LedgerMetrics, metrics_response
+from extender.ledger.metrics import LedgerCollector, LedgerMetrics, metrics_response
 from extender.wire.clock import ManualClock
 
 from .helpers import GIB, NODE, decision, grant

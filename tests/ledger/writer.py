@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from extender.allocation import AlreadyAllocated, Decision, LedgerUnavailable
+from extender.core.allocation import AlreadyAllocated, Decision, LedgerUnavailable
 from extender.ledger import open_ledger
 from extender.ledger.sql import NullHooks
 from extender.wire.clock import SystemClock

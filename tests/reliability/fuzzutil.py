@@ -7,10 +7,10 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from extender.app import Built, build
-from extender.binder import InProcessBinder
+from extender.scheduling.binder import InProcessBinder
 from extender.settings import Settings
 from extender.wire.clock import ManualClock
+from extender.wiring import Built, build
 
 TOKEN = "fuzz-agent-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from drivers.agent import build_report
-from drivers.metrics import AgentMetrics
-from drivers.sender import ReportSender, expand
-from drivers.simulated import SimulatedDriver
+from drivers.agent.loop import build_report
+from drivers.agent.metrics import AgentMetrics
+from drivers.agent.sender import ReportSender, expand
+from drivers.gpu.simulated import SimulatedDriver
 from extender.simulate.server_thread import free_port
 from extender.wire.clock import SystemClock
 from tests.support import running_extender

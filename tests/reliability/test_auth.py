@@ -16,16 +16,16 @@ import httpx
 import msgspec
 import pytest
 
-from drivers.agent import build_report
-from drivers.simulated import SimulatedDriver
-from extender.app import build
-from extender.auth import Authenticator, TokenFile
-from extender.binder import InProcessBinder
-from extender.server import create_app
+from drivers.agent.loop import build_report
+from drivers.gpu.simulated import SimulatedDriver
+from extender.http.app import create_app
+from extender.http.auth import Authenticator, TokenFile
+from extender.http.tokenreview import NODE_NAME_EXTRA, TokenReviewer
+from extender.scheduling.binder import InProcessBinder
 from extender.settings import Settings
 from extender.simulate.server_thread import ServerThread
-from extender.tokenreview import NODE_NAME_EXTRA, TokenReviewer
 from extender.wire.clock import ManualClock
+from extender.wiring import build
 
 SHARED = "shared-secret-token-123"
 AUDIT = "audit-secret-token-456"

@@ -9,7 +9,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from drivers.agent import build_report
+from drivers.agent.loop import build_report
 from tests.support import Extender, gpu_pod, running_extender
 
 STALE_AFTER = 5.0

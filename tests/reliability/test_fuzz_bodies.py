@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from extender.app import Built
+from extender.wiring import Built
 
 from .fuzzutil import AUTH, NODES, fuzz_extender, state
 

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis.checks import not_a_server_error
 
-from extender.app import Built
+from extender.wiring import Built
 
 from .fuzzutil import AUTH, fuzz_extender, state
 

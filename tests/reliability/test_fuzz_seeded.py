@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from extender.app import Built
+from extender.wiring import Built
 
 from .fuzzutil import AUTH, NODES, fuzz_extender, state
 

@@ -16,11 +16,11 @@ from typing import Literal
 import httpx
 import pytest
 
-from extender.app import build
-from extender.binder import InProcessBinder
+from extender.scheduling.binder import InProcessBinder
 from extender.settings import Settings
 from extender.simulate.server_thread import free_port
 from extender.wire.clock import ManualClock
+from extender.wiring import build
 from tests.reliability.test_tls import make_cert
 from tests.serveproc import TOKEN, ServeProc
 

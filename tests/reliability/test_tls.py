@@ -16,7 +16,7 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from drivers.server import MetricsServer
+from drivers.agent.server import MetricsServer
 from extender.simulate.server_thread import free_port
 from extender.wire.tls import CertReloader
 from tests.serveproc import ServeProc

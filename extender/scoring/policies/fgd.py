@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from extender.demand import GpuDemand
 from extender.scoring import batch as nb
 from extender.scoring.fit import unit_mib
 from extender.scoring.fragmentation import greedy_scores
 from extender.scoring.model import GpuView, Limits, NodeView
 from extender.scoring.policy import Context, Shape, by_index
+from extender.state.demand import GpuDemand
 
 State = list[tuple[int, bool]]  # per plain GPU: (free MiB >= 0, idle)
 

@@ -23,13 +23,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from extender.demand import GpuDemand
 from extender.scoring import batch as nb
 from extender.scoring.fit import unit_mib
 from extender.scoring.fragmentation import greedy_scores
 from extender.scoring.model import GpuView, NodeView
 from extender.scoring.policies.fgd import State, node_state
 from extender.scoring.policy import Context, Shape, by_index, chosen_fill_after, node_fill_after
+from extender.state.demand import GpuDemand
 
 TIE = 1 / 64
 

@@ -1,0 +1,422 @@
+"""Candidate node-name lists as kube-scheduler sends them, decoded once per distinct list.
+
+In NodeNames mode every filter and prioritize call carries the candidate list: the same
+5,000 names, pod after pod, until a node joins or leaves. Decoding it into 5,000 new
+strings, then hashing and comparing them to find the cached plan and rows, cost more
+than evaluating the pod (~0.3 ms of ~0.5 ms at 5,000 nodes). Here the list stays raw
+JSON until its bytes are looked up: a known list comes back as the very ``NameList``
+object decoded the first time, carrying its key, so caches recognise it by identity. A
+list not seen before in these bytes (a permutation: kube-scheduler sends one per pod) is
+read by ``namebytes`` into ids, which plans line up with one array lookup.
+
+NameLists are shared between requests: nothing may mutate one.
+
+Bodies are split by hand where Go's encoder wrote them exactly as kube-scheduler does:
+the Pod is decoded alone; a NodeNames list is looked up by its bytes as they stand (no
+JSON scan of 64 KiB first); Node items are found by the node cache's ``walk`` (by their
+bytes), so the megabytes of Node JSON are never parsed again. Anything else is decoded
+whole, which also names what is wrong with it.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable, Iterator, Sequence
+from typing import Protocol, overload
+
+import msgspec
+import numpy as np
+
+from extender.codec.namebytes import Fingerprint, NameIndex
+from extender.codec.namejson import names_json
+from extender.codec.nodebytes import find_pod_end
+from extender.scoring.batch import Ints
+from extender.wire.protocol import ExtenderArgs, NodeName, Pod, RawNodeList, args_decoder
+
+
+class NameList(Sequence[str]):
+    """A decoded candidate list, the key its bytes gave it, and its names' ids in the
+    ``NameIndex`` that had ``token`` (see ``name_ids``).
+
+    A list read by id makes its strings only when they are asked for: a permuted list of
+    5,000 names is lined up by ids (``plans``), and of its strings only the few that
+    pass the filter are ever needed; making all of them (a reference taken on each of
+    5,000 objects, cold in cache after the scheduler's own work) cost 0.15 ms a request.
+    The strings come from ``pool``, the index's array as it was when the list was read
+    (an index that grows or clears makes a new one; this one keeps its entries); its JSON
+    from the index's bytes (``json``)."""
+
+    __slots__ = ("_index", "_json", "_names", "_pool", "ids", "key", "token")
+
+    def __init__(
+        self, names: Sequence[str], key: Hashable, ids: Ints | None = None, token: object = None
+    ) -> None:
+        self._names: list[str] | None = list(names)
+        self._pool: np.ndarray | None = None
+        self._index: NameIndex | None = None  # the index the ids are of, while ``token``
+        self._json: bytes | None = None
+        self.key = key
+        self.ids = ids
+        self.token = token
+
+    @classmethod
+    def of_ids(cls, ids: Ints, index: NameIndex, key: Hashable) -> NameList:
+        """The names with these ids in ``index`` (as it is now)."""
+        names = cls((), key, ids, index.token)
+        names._names, names._pool, names._index = None, index.pool(), index
+        return names
+
+    def json(self) -> bytes:
+        """The list as JSON (``["a","b"]``, as Go's encoder writes it), made once: written
+        from the index's bytes while the ids are valid (``namejson``), else encoded."""
+        if self._json is None:
+            index = self._index
+            if self.ids is not None and index is not None and self.token is index.token:
+                self._json = names_json(index, self.ids)
+            else:
+                self._json = msgspec.json.encode(self.as_list())
+        return self._json
+
+    def as_list(self) -> list[str]:
+        """Every name (made once; do not mutate it)."""
+        if self._names is None:
+            assert self._pool is not None and self.ids is not None
+            self._names = self._pool[self.ids].tolist()
+        return self._names
+
+    def part(self, positions: Ints) -> NameList:
+        """The names at these positions as a list of their own, with their ids, their
+        strings made from the pool when asked for (the filter's passing set: its reply
+        is written from the index's bytes, and hundreds of cold strings cost ~15 µs);
+        taken from this list's strings when it has no pool (ids given to strings). This
+        one must have ids. Unkeyed: the decoder keys it by the bytes it comes back as
+        (``ArgsDecoder.expect``)."""
+        assert self.ids is not None
+        part = NameList((), None, self.ids[positions], self.token)
+        part._names, part._pool, part._index = None, self._pool, self._index
+        if self._pool is None:  # ids given to a list of strings: no pool to make them from
+            part._names = _at(self.as_list(), positions)
+        return part
+
+    def keyed(self, key: Hashable) -> NameList:
+        """The same list under ``key`` (one list object per cache owner: none mutated)."""
+        copy = NameList((), key, self.ids, self.token)
+        copy._names, copy._pool, copy._index = self._names, self._pool, self._index
+        copy._json = self._json
+        return copy
+
+    def __len__(self) -> int:
+        return len(self.ids) if self._names is None else len(self._names)  # type: ignore[arg-type]
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[str]: ...
+    def __getitem__(self, i: int | slice) -> str | list[str]:
+        if self._names is None and not isinstance(i, slice):
+            return str(self._pool[self.ids[i]])  # type: ignore[index]
+        return self.as_list()[i]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.as_list())
+
+    def __eq__(self, other: object) -> bool:
+        if (
+            isinstance(other, NameList)
+            and self.ids is not None
+            and other.ids is not None
+            and self.token is other.token
+        ):
+            return bool(np.array_equal(self.ids, other.ids))  # ids are names, one to one
+        if isinstance(other, Sequence) and not isinstance(other, str):
+            return self.as_list() == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # as a list's
+
+    def __repr__(self) -> str:
+        return f"NameList({self.as_list()!r})"
+
+
+def picked(names: Sequence[str], positions: list[int] | Ints) -> Sequence[str]:
+    """The names at these positions, from any list, each made only when asked for."""
+    at = positions.tolist() if isinstance(positions, np.ndarray) else positions
+    return Picked(names, at)
+
+
+class Picked(Sequence[str]):
+    """Some names of a list, by position, each made only when asked for: a plan
+    re-evaluates the nodes a round of reports changed by their rows, and names only the
+    ones that do not fit (their reasons). Made up front, the names of 100 nodes cost
+    ~30 µs in the server: every string object is cold by then."""
+
+    __slots__ = ("_names", "_positions")
+
+    def __init__(self, names: Sequence[str], positions: list[int]) -> None:
+        self._names, self._positions = names, positions
+
+    def __len__(self) -> int:
+        return len(self._positions)
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[str]: ...
+    def __getitem__(self, i: int | slice) -> str | list[str]:
+        if isinstance(i, slice):
+            return [self._names[p] for p in self._positions[i]]
+        return self._names[self._positions[i]]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence) and not isinstance(other, str):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # as a list's
+
+    def __repr__(self) -> str:
+        return f"Picked({list(self)!r})"
+
+
+def passing_list(
+    names: Sequence[str], positions: Ints, like: Sequence[str] | None = None
+) -> Sequence[str]:
+    """The filter's passing names: a ``NameList`` with their ids when the candidates
+    were read by id (the reply comes back as prioritize's candidates: ``ArgsDecoder.
+    expect``), else a list. ``like`` itself when it is a list of those very names (ids),
+    its reply bytes made already: pods of new shapes often pass the same nodes."""
+    if isinstance(names, NameList) and names.ids is not None:
+        if (
+            isinstance(like, NameList)
+            and like.ids is not None
+            and like.token is names.token
+            and len(like.ids) == len(positions)
+            and bool(np.array_equal(like.ids, names.ids[positions]))
+        ):
+            return like
+        return names.part(positions)
+    return _at(names, positions)
+
+
+def _at(names: Sequence[str], positions: list[int] | Ints) -> list[str]:
+    at = positions.tolist() if isinstance(positions, np.ndarray) else positions
+    return [names[i] for i in at]
+
+
+def name_ids(index: NameIndex, names: Sequence[str]) -> Ints | None:
+    """The names' ids in ``index`` (None if a name is not plain), worked out once per
+    ``NameList`` while the index keeps its ids."""
+    if isinstance(names, NameList):
+        if names.token is not index.token:
+            strings = names.as_list()  # made before its ids change: its pool is the old one
+            names.ids, names.token, names._index = index.ids_of(strings), index.token, index
+            names._pool = index.pool() if names.ids is not None else None  # theirs now
+        return names.ids
+    return index.ids_of(names)
+
+
+def names_key(names: Sequence[str]) -> Hashable:
+    """A key equal lists share (compare the lists too: keys of unequal ones may collide)."""
+    key = getattr(names, "key", None)
+    return key if key is not None else ("names", len(names), hash(tuple(names)))
+
+
+def same_names(a: Sequence[str], b: Sequence[str]) -> bool:
+    return a is b or a == b
+
+
+def same_ids(a: NameList, b: NameList) -> bool:
+    """Whether two lists name the same nodes in the same order, told by their ids in one
+    index (a compare of arrays, no strings); False when either has none."""
+    if a.ids is None or b.ids is None or a.token is not b.token:
+        return False
+    return a.ids is b.ids or bool(np.array_equal(a.ids, b.ids))
+
+
+class _WireArgs(msgspec.Struct):
+    """``ExtenderArgs`` with the Pod and the candidate list left as raw JSON."""
+
+    Pod: msgspec.Raw = msgspec.Raw()
+    Nodes: RawNodeList | None = None
+    NodeNames: msgspec.Raw = msgspec.Raw()
+
+
+_wire = msgspec.json.Decoder(_WireArgs)
+_names = msgspec.json.Decoder(list[NodeName] | None)
+_pod = msgspec.json.Decoder(Pod | None)
+
+# ExtenderArgs{Pod, Nodes: &v1.NodeList{Items}, NodeNames: nil} as encoding/json writes it
+_POD = b'{"Pod":'
+_ITEMS = b',"Nodes":{"metadata":{},"items":['
+_TAIL = b'},"NodeNames":null}'
+_NAMES = b',"Nodes":null,"NodeNames":'
+_CLOSE = ord("}")
+_SPACE = b" \t\r\n"
+_ENDS = 256  # bytes from each end of a name list that key it (the rest is compared)
+
+
+_Kept = tuple[bytes, NameList, Fingerprint | None]
+
+
+def _key(data: bytes) -> Hashable:
+    return ("names", len(data), data[:_ENDS], data[-_ENDS:])
+
+
+class NodeWalker(Protocol):
+    def walk(self, body: bytes, start: int) -> tuple[RawNodeList, int] | None: ...
+
+
+class ArgsDecoder:
+    """Decodes filter/prioritize bodies into ``ExtenderArgs``, name lists interned and
+    Node lists walked by bytes (when given the node cache)."""
+
+    def __init__(
+        self, capacity: int = 8, nodes: NodeWalker | None = None, index: NameIndex | None = None
+    ) -> None:
+        # kept lists by their bytes' key: (bytes, list, fingerprint when read here)
+        self._lists: OrderedDict[Hashable, _Kept] = OrderedDict()
+        self._sets: dict[Fingerprint, NameList] = {}  # the kept lists by what they hold
+        self._capacity = capacity
+        self._nodes = nodes
+        self._index = index if index is not None else NameIndex()
+        self._last_pod: tuple[bytes, Pod | None] = (b"", None)
+        self._expected: NameList | None = None
+
+    def decode(self, body: bytes) -> ExtenderArgs:
+        split = self._split(body)
+        if split is not None:
+            return split
+        walked = self._walked(body) if self._nodes is not None else None
+        if walked is not None:
+            return walked
+        try:
+            wire = _wire.decode(body)
+            pod = self.pod(bytes(wire.Pod))
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            args_decoder.decode(body)  # raises the error as a whole-body decode names it
+            raise
+        raw = wire.NodeNames
+        names = self.names(bytes(raw)) if len(raw) else None
+        return ExtenderArgs(Pod=pod, Nodes=wire.Nodes, NodeNames=names)
+
+    def pod(self, data: bytes) -> Pod | None:
+        """The Pod in ``data`` (empty: none). filter and prioritize carry the same Pod: the
+        same bytes give the very object decoded before, so what the service derives from
+        a Pod (its demand) is recognised by identity."""
+        if data == self._last_pod[0]:
+            return self._last_pod[1]
+        pod = _pod.decode(data) if data else None
+        self._last_pod = (data, pod)
+        return pod
+
+    def _split(self, body: bytes) -> ExtenderArgs | None:
+        """A NodeNames body exactly as kube-scheduler writes it (``{"Pod":..,"Nodes":null,
+        "NodeNames":[..]}``), taken apart by hand: the Pod found by what follows it and decoded
+        alone, the list's bytes looked up as they are. Spares a JSON scan of the whole
+        body (64 KiB at 5,000 names) on every filter. None (decode it whole, which also
+        names what is wrong) for anything else, a bad Pod or a bad list included."""
+        pod_end = find_pod_end(body, _NAMES)
+        if pod_end < 0:
+            return None
+        end = len(body.rstrip(_SPACE)) - 1
+        if end <= pod_end + len(_NAMES) or body[end] != _CLOSE:
+            return None
+        try:
+            pod = self.pod(body[len(_POD) : pod_end])
+            names = self.names(body[pod_end + len(_NAMES) : end])
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return None
+        return ExtenderArgs(Pod=pod, Nodes=None, NodeNames=names)
+
+    def _walked(self, body: bytes) -> ExtenderArgs | None:
+        assert self._nodes is not None
+        if not body[-64:].rstrip(_SPACE).endswith(_TAIL):
+            return None
+        pod_end = find_pod_end(body, _ITEMS)
+        if pod_end < 0:
+            return None
+        walked = self._nodes.walk(body, pod_end + len(_ITEMS))
+        if walked is None:
+            return None
+        nodes, end = walked
+        if body[end:].rstrip(_SPACE) != _TAIL:
+            return None
+        try:
+            pod = self.pod(body[len(_POD) : pod_end])
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return None  # decoded whole, the error names its place in the body
+        return ExtenderArgs(Pod=pod, Nodes=nodes, NodeNames=None)
+
+    def names(self, data: bytes) -> NameList | None:
+        """The list in ``data``, the very object of last time when the bytes are the same.
+        Known by both ends of its bytes, then compared whole: hashing all 64 KiB of a
+        5,000-name list took longer than the compare.
+
+        A list of the very names of a kept one in another order is that one, order and
+        all: kube-scheduler reads a filter's passing names and prioritize's scores by
+        name, so the order of a list changes no answer it acts on, and its parallel
+        filter workers send the same candidates in a new order for every pod. Told by
+        fingerprint (``NameIndex.fingerprint``): no name looked up, and the plan made for
+        the list answers it, reply and all."""
+        key = _key(data)
+        seen = self._lists.get(key)
+        if seen is not None and seen[0] == data:
+            self._lists.move_to_end(key)
+            return seen[1]
+        fingerprint = self._index.fingerprint(data)
+        same = self._sets.get(fingerprint) if fingerprint is not None else None
+        if same is not None:  # not kept under these bytes: they will not come again
+            self._lists.move_to_end(same.key)
+            return same
+        found = self._read(data, key)
+        if found is not None:
+            self._keep(key, data, found, fingerprint)
+        return found
+
+    def expect(self, names: NameList) -> None:
+        """A list about to come back: kube-scheduler sends prioritize the nodes the filter
+        passed, in the reply's order, as Go's encoder writes them. Kept under those bytes,
+        its read is a compare instead of a parse and a look-up per name (~0.05-0.1 ms for
+        625 names, cold), and it comes with its ids. A list already kept stays the object
+        it is (caches downstream know it by identity)."""
+        if names is self._expected or names.ids is None:
+            return
+        self._expected = names
+        data = names.json()
+        key = _key(data)
+        seen = self._lists.get(key)
+        if seen is None or seen[0] != data:  # no fingerprint: it comes back as it is
+            self._keep(key, data, names.keyed(key), None)
+
+    def _keep(
+        self, key: Hashable, data: bytes, names: NameList, fingerprint: Fingerprint | None
+    ) -> None:
+        old = self._lists.pop(key, None)
+        if old is not None:
+            self._forget(old)
+        self._lists[key] = (data, names, fingerprint)
+        if fingerprint is not None:
+            self._sets[fingerprint] = names
+        while len(self._lists) > self._capacity:
+            self._forget(self._lists.popitem(last=False)[1])
+
+    def _forget(self, kept: _Kept) -> None:
+        _, names, fingerprint = kept
+        if fingerprint is not None and self._sets.get(fingerprint) is names:
+            del self._sets[fingerprint]
+
+    def _read(self, data: bytes, key: Hashable) -> NameList | None:
+        read = self._index.read_ids(data)
+        if read is not None:
+            return NameList.of_ids(read[0], self._index, key)
+        try:  # not plain names: decoded as JSON, which also names what is wrong
+            decoded = _names.decode(data)
+        except msgspec.ValidationError as e:  # name the field as a whole-body decode would
+            msg = str(e)
+            msg = (
+                msg.replace("at `$", "at `$.NodeNames")
+                if "at `$" in msg
+                else (f"{msg} - at `$.NodeNames`")
+            )
+            raise msgspec.ValidationError(msg) from None
+        return None if decoded is None else NameList(decoded, key)

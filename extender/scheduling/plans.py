@@ -1,0 +1,324 @@
+"""Request plans: a candidate list's evaluations for one pod shape, kept and patched.
+
+kube-scheduler asks about the same candidates again and again: filter then prioritize
+for every pod, replicas of one shape in a row. Between two asks only a few nodes change
+(an agent report that moved the numbers, a bind, a release), so a plan re-evaluates just
+those instead of every node again. It keeps each candidate's row in the inventory's
+columns, and each row carries the change number of its last write, so what changed is
+one pass over those numbers (no names looked up); when nodes come or go, rows move and
+the plan is rebuilt. Nodes
+that were unavailable are always re-checked (a stale agent may be back), and the whole
+plan is rebuilt once the oldest report it relied on could have gone stale.
+
+kube-scheduler's lists are permutations as often as repeats (its parallel filter
+workers hand feasible nodes over in the order they finish), and prioritize asks about
+the nodes filter passed: a list whose names are all in the last plan for the shape is
+taken from it by the names' ids (``namebytes``: one array lookup), not evaluated again;
+a permutation of its candidates, or of the nodes it passes, is answered from it without
+a plan of its own (``reorder``).
+
+A plan is columnar, like the evaluation behind it: per candidate whether it fits, its
+raw policy score and $/GiB-h, and a reason for each one that does not fit. What callers
+derive from a plan (the filter reply, the scores) is kept in ``derived`` and dropped
+whenever any of that changes. Used from one thread (the event loop).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from extender.codec.namebytes import NameIndex
+from extender.codec.namelists import name_ids, names_key, picked, same_names
+from extender.scoring.batch import Bools, Floats, Ints
+
+# (reason, unresolvable) for a candidate that does not fit
+Failure = tuple[str, bool]
+
+
+@dataclass
+class Outcome:
+    """Evaluations of some candidates, in their order."""
+
+    fits: Bools
+    raw: Floats
+    price: Floats  # $/GiB-h; NaN: unknown
+    received: Floats  # report time relied on; NaN: the node was unavailable
+    failures: dict[int, Failure]  # by position, for every candidate that does not fit
+    rows: Ints  # each candidate's row in the inventory's columns (-1: none) ...
+    layout: int  # ... valid while the columns' layout is this
+
+
+# Evaluates candidates by name, with their rows when known (a plan's, still valid)
+Evaluate = Callable[[Sequence[str], Ints | None], Outcome]
+# Positions of a plan whose nodes changed since it was made; None: it must be rebuilt
+Changed = Callable[["Plan"], Ints | None]
+_NONE = np.zeros(0, dtype=np.int64)
+
+
+@dataclass
+class Plan:
+    names: Sequence[str]
+    fits: Bools
+    raw: Floats
+    price: Floats
+    failures: dict[int, Failure]
+    seq: int  # inventory change sequence the entries reflect
+    fresh_until: float  # until then no available entry can have gone stale
+    unavailable: Ints  # positions to re-check on every use
+    rows: Ints  # see Outcome
+    layout: int
+    derived: dict[str, object] = field(default_factory=dict)
+    source: tuple[Plan, Ints] | None = None  # the plan this was taken from, and where
+    # each of that plan's candidates is in this one (-1: not here)
+    _where: tuple[object, Ints | None] | None = None  # see where()
+
+    def permutes(self) -> tuple[Plan, Ints] | None:
+        """The plan this one lists every candidate of in another order, and where each of
+        its candidates is in this one; None if this one is not such a reordering."""
+        if self.source is not None and len(self.names) == len(self.source[0].names):
+            return self.source
+        return None
+
+    def where(self, index: NameIndex) -> Ints | None:
+        """Name id -> position (-1: not a candidate here; ids added to the index since
+        are beyond its end), built on first use; None if a name has no id."""
+        if self._where is None or self._where[0] is not index.token:
+            ids = name_ids(index, self.names)
+            where = None
+            if ids is not None:
+                where = np.full(index.count, -1, dtype=np.int64)
+                where[ids] = np.arange(len(ids))
+            self._where = (index.token, where)
+        return self._where[1]
+
+    @staticmethod
+    def of(names: Sequence[str], seq: int, outcome: Outcome, stale_after: float) -> Plan:
+        earliest, unavailable = _received(outcome.received)
+        return Plan(
+            names=names,
+            fits=outcome.fits,
+            raw=outcome.raw,
+            price=outcome.price,
+            failures=outcome.failures,
+            seq=seq,
+            fresh_until=earliest + stale_after,
+            unavailable=unavailable,
+            rows=outcome.rows,
+            layout=outcome.layout,
+        )
+
+
+class Plans:
+    def __init__(self, names: NameIndex, capacity: int = 16) -> None:
+        self._names = names
+        self._plans: OrderedDict[Hashable, Plan] = OrderedDict()
+        self._capacity = capacity
+        # per shape, its widest plan (see parent); as many shapes as plans are kept: the
+        # shapes change for good (a new workload-mix version is part of each), and each
+        # of these holds a whole candidate list's arrays
+        self._last: OrderedDict[Hashable, Plan] = OrderedDict()
+
+    def plan(
+        self,
+        names: Sequence[str],
+        shape: Hashable,
+        now: float,
+        seq: int,
+        changed: Changed,
+        evaluate: Evaluate,
+        stale_after: float,
+    ) -> Plan:
+        key = (shape, names_key(names))
+        plan = self._plans.get(key)
+        if plan is None or not same_names(plan.names, names) or now > plan.fresh_until:
+            parent = self.parent(shape, now, seq, changed, evaluate, stale_after)
+            plan = None
+            if parent is not None and len(parent.names) >= len(names):
+                plan = _subset(parent, names, self._names)  # a permutation, a part
+            if plan is None:
+                plan = self._evaluated(names, shape, seq, evaluate, stale_after)
+            self._plans[key] = plan
+            while len(self._plans) > self._capacity:
+                self._plans.popitem(last=False)
+        else:
+            self._plans.move_to_end(key)
+            if not self._current(plan, now, seq, changed, evaluate, stale_after):
+                plan = self._plans[key] = self._evaluated(names, shape, seq, evaluate, stale_after)
+        return plan
+
+    def kept(self, names: Sequence[str], shape: Hashable) -> bool:
+        """Whether a plan for exactly this list is kept (its replies may be too)."""
+        plan = self._plans.get((shape, names_key(names)))
+        return plan is not None and same_names(plan.names, names)
+
+    def parent(
+        self,
+        shape: Hashable,
+        now: float,
+        seq: int,
+        changed: Changed,
+        evaluate: Evaluate,
+        stale_after: float,
+    ) -> Plan | None:
+        """The shape's widest plan, the one other lists are taken from, brought up to
+        date; None if there is none or it must be rebuilt."""
+        parent = self._last.get(shape)
+        if parent is None or not self._current(parent, now, seq, changed, evaluate, stale_after):
+            return None
+        self._last.move_to_end(shape)
+        return parent
+
+    def _evaluated(
+        self,
+        names: Sequence[str],
+        shape: Hashable,
+        seq: int,
+        evaluate: Evaluate,
+        stale_after: float,
+    ) -> Plan:
+        """A plan evaluated afresh; the widest becomes the shape's parent (plans taken
+        from it do not: it keeps its name index for the next permutation)."""
+        plan = Plan.of(names, seq, evaluate(names, None), stale_after)
+        if len(names) >= len(self._last.get(shape, plan).names):
+            self._last[shape] = plan
+            self._last.move_to_end(shape)
+            while len(self._last) > self._capacity:
+                self._last.popitem(last=False)
+        return plan
+
+    @staticmethod
+    def _current(
+        plan: Plan,
+        now: float,
+        seq: int,
+        changed: Changed,
+        evaluate: Evaluate,
+        stale_after: float,
+    ) -> bool:
+        """Brings the plan up to date; False if it cannot be (it must be rebuilt)."""
+        if now > plan.fresh_until:
+            return False
+        # nothing written since (every write, a node's arrival or departure too, takes a
+        # new change number): no pass over the stamps
+        redo = _NONE if plan.seq == seq else changed(plan)
+        if redo is None:  # nodes came or went: its rows are void
+            return False
+        _patch(plan, redo, seq, evaluate, stale_after)
+        return True
+
+
+def _subset(parent: Plan, names: Sequence[str], index: NameIndex) -> Plan | None:
+    """The plan for some (or all, in another order) of the parent's candidates, taken
+    from it by the names' ids, or None if a name is not among them (or listed twice)."""
+    ids, where = name_ids(index, names), parent.where(index)
+    if ids is None or where is None:
+        return None
+    ok, back, fits, raw, price, rows, down = _take_by_ids(
+        where, ids, parent.fits, parent.raw, parent.price, parent.rows, parent.unavailable
+    )
+    if not ok:
+        return None
+    failures = {}
+    if parent.failures:  # only the failures' positions mapped: a list of all was ~50 µs
+        at = np.fromiter(parent.failures, np.int64, len(parent.failures))
+        failures = {
+            k: f for k, f in zip(back[at].tolist(), parent.failures.values(), strict=True) if k >= 0
+        }
+    return Plan(
+        names=names,
+        fits=fits,
+        raw=raw,
+        price=price,
+        failures=failures,
+        seq=parent.seq,
+        fresh_until=parent.fresh_until,
+        unavailable=down,
+        rows=rows,
+        layout=parent.layout,
+        source=(parent, back),
+    )
+
+
+def _received(received: Floats) -> tuple[float, Ints]:
+    """The earliest report time relied on (inf if none) and the positions of the nodes
+    that were unavailable (NaN)."""
+    down = np.isnan(received)
+    return float(np.fmin.reduce(received, initial=np.inf)), np.flatnonzero(down)
+
+
+def _take_by_ids(
+    where: Ints, ids: Ints, fits: Bools, raw: Floats, price: Floats, rows: Ints, unavailable: Ints
+) -> tuple[bool, Ints, Bools, Floats, Floats, Ints, Ints]:
+    """The parent's entries for these ids, in their order, where each parent position
+    went (``back``, -1: not taken) and which of the taken were unavailable (ascending);
+    False if an id is not in the parent or two ids share a position."""
+    n = len(ids)
+    back = np.full(len(fits), -1, dtype=np.int64)
+    empty = np.zeros(0, np.int64)
+    if n and (ids.max() >= len(where) or ids.min() < -len(where)):
+        return False, back, fits[:0], raw[:0], price[:0], rows[:0], empty
+    at = where[ids]
+    if n and at.min() < 0:
+        return False, back, fits[:0], raw[:0], price[:0], rows[:0], empty
+    taken = np.arange(n)
+    back[at] = taken
+    if not np.array_equal(back[at], taken):  # two ids at one position
+        return False, back, fits[:0], raw[:0], price[:0], rows[:0], empty
+    was_down = np.zeros(len(fits), dtype=np.bool_)
+    was_down[unavailable] = True
+    return True, back, fits[at], raw[at], price[at], rows[at], np.flatnonzero(was_down[at])
+
+
+def _patch(plan: Plan, changed: Ints, seq: int, evaluate: Evaluate, stale_after: float) -> None:
+    """Re-evaluates the changed positions (ascending) and every unavailable one."""
+    plan.seq = seq
+    redo = np.union1d(changed, plan.unavailable) if plan.unavailable.size else changed
+    if not redo.size:
+        return
+    new = evaluate(picked(plan.names, redo.tolist()), plan.rows[redo])
+    differs, earliest, failing, down = _merge(
+        plan.fits, plan.raw, plan.price, redo, new.fits, new.raw, new.price, new.received
+    )
+    for k in failing.tolist():  # a reason exactly where a node does not fit
+        i, reason = int(redo[k]), new.failures.get(k)
+        if plan.failures.get(i) != reason:
+            differs = True
+            if reason is None:
+                del plan.failures[i]
+            else:
+                plan.failures[i] = reason
+    if differs:
+        plan.derived.clear()
+        plan.source = None  # its answers are its own now, not the parent's reordered
+    plan.unavailable = down  # every one unavailable before is in redo
+    plan.fresh_until = min(plan.fresh_until, earliest + stale_after)
+
+
+def _merge(
+    fits: Bools,
+    raw: Floats,
+    price: Floats,
+    redo: Ints,
+    new_fits: Bools,
+    new_raw: Floats,
+    new_price: Floats,
+    new_received: Floats,
+) -> tuple[bool, float, Ints, Ints]:
+    """Writes the re-evaluated entries at ``redo`` (ascending, distinct). Returns whether
+    any differed (NaN prices equal), the earliest report time among them (inf if none
+    was available), which of them did not fit before or do not now (indices into
+    ``redo``: only those can have a failure reason to change), and the plan positions
+    now unavailable."""
+    old_fits, old_price = fits[redo], price[redo]
+    same_price = (old_price == new_price) | (np.isnan(old_price) & np.isnan(new_price))
+    differs = bool(
+        (old_fits != new_fits).any() or (raw[redo] != new_raw).any() or not same_price.all()
+    )
+    failing = np.flatnonzero(~old_fits | ~new_fits)
+    fits[redo], raw[redo], price[redo] = new_fits, new_raw, new_price
+    earliest, down = _received(new_received)
+    return differs, earliest, failing, redo[down]

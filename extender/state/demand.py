@@ -1,0 +1,134 @@
+"""What a pod asks of GPUs, read from its spec and annotations (README "How a pod asks").
+
+- Classic: ``nvidia.com/gpu: N`` plus ``headroom.dev/gpu-memory: 20Gi`` per GPU; without the
+  annotation each GPU is wanted whole.
+- MIG: ``nvidia.com/mig-<profile>: N``.
+- DRA: ``spec.resourceClaims`` (scored by the extender, allocated by kube-scheduler's DRA plugin).
+- Capacity: ``headroom.dev/capacity-type: spot|on-demand|any``; ``karpenter.sh/do-not-disrupt``
+  implies on-demand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from extender.core.quantity import quantity_to_int, quantity_to_mib, shown
+from extender.wire.annotations import ANN_CAPACITY, ANN_MEMORY
+from extender.wire.protocol import Container, Pod
+
+GPU_RESOURCE = "nvidia.com/gpu"
+MIG_PREFIX = "nvidia.com/mig-"
+ANN_DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+MAX_GPUS_PER_POD = 64
+
+
+class CapacityPref(StrEnum):
+    ANY = "any"
+    SPOT = "spot"
+    ON_DEMAND = "on-demand"
+
+
+@dataclass(frozen=True, slots=True)
+class GpuDemand:
+    """GPUs one pod needs. ``memory_mib is None`` means each GPU whole (exclusive)."""
+
+    count: int
+    memory_mib: int | None = None
+    mig_profile: str = ""
+    capacity: CapacityPref = CapacityPref.ANY
+    dra_claims: tuple[str, ...] = ()
+
+    @property
+    def wants_gpu(self) -> bool:
+        return self.count > 0 or bool(self.dra_claims)
+
+    @property
+    def key(self) -> tuple[int, int | None, str]:
+        """The shape that scoring depends on (cache key, workload-mix bucket)."""
+        return (self.count, self.memory_mib, self.mig_profile)
+
+
+NO_GPU = GpuDemand(count=0)
+
+
+class DemandError(ValueError):
+    """The pod's GPU request cannot be understood; the message says how to fix it."""
+
+
+def demand_of(pod: Pod) -> GpuDemand:
+    """Read a pod's GPU demand. Raises DemandError on a malformed request."""
+    gpus, mig = _container_counts(pod.spec.containers)
+    init_gpus, init_mig = _container_counts(pod.spec.initContainers or [])
+    # init containers run one at a time before the app containers: the pod needs the max
+    gpus = max(gpus, init_gpus)
+    for profile, n in init_mig.items():
+        mig[profile] = max(mig.get(profile, 0), n)
+    claims = tuple(c.name for c in pod.spec.resourceClaims or [])
+    annotations = pod.metadata.annotations or {}
+    capacity = _capacity(annotations)
+    if len(mig) > 1 or (mig and gpus):
+        raise DemandError("a pod may ask for one kind of GPU: nvidia.com/gpu or one MIG profile")
+    if mig:
+        profile, n = next(iter(mig.items()))
+        return GpuDemand(count=n, mig_profile=profile, capacity=capacity, dra_claims=claims)
+    memory = _memory(annotations) if gpus else None
+    return GpuDemand(count=gpus, memory_mib=memory, capacity=capacity, dra_claims=claims)
+
+
+def _container_counts(containers: list[Container]) -> tuple[int, dict[str, int]]:
+    gpus = 0
+    mig: dict[str, int] = {}
+    for c in containers:
+        res = c.resources
+        if res is None:
+            continue
+        wanted = {
+            **(res.requests or {}),
+            **(res.limits or {}),
+        }  # limits win, as for extended resources
+        for name, value in wanted.items():
+            if name == GPU_RESOURCE:
+                gpus += _count(name, value)
+            elif name.startswith(MIG_PREFIX):
+                profile = name[len(MIG_PREFIX) :]
+                mig[profile] = mig.get(profile, 0) + _count(name, value)
+    return gpus, mig
+
+
+def _count(name: str, value: str) -> int:
+    try:
+        n = quantity_to_int(value)
+    except ValueError as e:
+        raise DemandError(f"resource {name}: {e}") from None
+    if n > MAX_GPUS_PER_POD:
+        raise DemandError(f"resource {name}: {n} GPUs is more than any node has")
+    return n
+
+
+def _memory(annotations: dict[str, str]) -> int | None:
+    text = annotations.get(ANN_MEMORY)
+    if text is None:
+        return None
+    try:
+        # ASCII whitespace trimmed as Kubernetes trims a quantity it decodes from JSON
+        mib = quantity_to_mib(text.strip(" \t\n\r"))
+    except ValueError as e:
+        raise DemandError(f"annotation {ANN_MEMORY}: {e} (write e.g. '20Gi')") from None
+    if mib <= 0:
+        raise DemandError(f"annotation {ANN_MEMORY}: must be more than 0")
+    return mib
+
+
+def _capacity(annotations: dict[str, str]) -> CapacityPref:
+    text = annotations.get(ANN_CAPACITY)
+    if text is not None:
+        try:
+            return CapacityPref(text.strip().lower())
+        except ValueError:
+            raise DemandError(
+                f"annotation {ANN_CAPACITY}: {shown(text)} is not one of spot, on-demand, any"
+            ) from None
+    if annotations.get(ANN_DO_NOT_DISRUPT, "").lower() == "true":
+        return CapacityPref.ON_DEMAND
+    return CapacityPref.ANY

@@ -1,0 +1,341 @@
+"""What the extender knows about each node: measured GPUs, node facts, reservations.
+
+Reports replace a node's measurements; grants reserve memory per GPU until released,
+so two pods in flight never both take the last slice of one GPU. ``view()`` turns the
+state into the plain ``NodeView`` scoring works on, rebuilt only when the node changed;
+``columns()`` gives every node at once as arrays (``extender.state.columns``), for requests
+that name thousands of nodes.
+Thread-safe: reports, binds and releases may come from different threads.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from collections.abc import Collection
+from dataclasses import dataclass
+
+import msgspec
+
+from extender.pricing import NodePrice, PriceBook
+from extender.scoring.model import GpuView, NodeView
+from extender.state.columns import NodeColumns
+from extender.state.nodefacts import NodeFacts, facts_from_labels
+from extender.wire.report import GpuReport, NodeReport, PodGrant
+
+
+class MeasuredGpu(msgspec.Struct, frozen=True, gc=False):  # one per GPU: see scoring.model
+    uuid: str
+    index: int
+    model: str
+    total_mib: int
+    used_mib: int
+    mig_profile: str = ""
+    parent_uuid: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    pod_uid: str
+    namespace: str
+    name: str
+    node: str
+    gpu_uuid: str
+    memory_mib: int  # reserved on that GPU (a whole GPU reserves its total)
+
+
+class _Node(msgspec.Struct, gc=False):  # one per node, no cycles: see scoring.model
+    facts: NodeFacts
+    facts_from_report: bool = True
+    gpus: tuple[MeasuredGpu, ...] = ()
+    received_at: float | None = None
+    version: int = 0
+    view: NodeView | None = None
+    price: NodePrice | None = None
+    draining: bool = False  # Karpenter is deleting this node's NodeClaim
+
+
+def measured_gpus(report: NodeReport) -> tuple[MeasuredGpu, ...]:
+    """Schedulable units of a report: healthy plain GPUs, and MIG instances of MIG GPUs."""
+    out: list[MeasuredGpu] = []
+    for g in report.gpus:
+        if not g.healthy:
+            continue
+        if g.mig_enabled:
+            out.extend(_mig_units(g))
+        else:
+            out.append(MeasuredGpu(g.uuid, g.index, g.model, g.memory_total_mib, g.memory_used_mib))
+    return tuple(out)
+
+
+def _mig_units(g: GpuReport) -> list[MeasuredGpu]:
+    return [
+        MeasuredGpu(
+            m.uuid, g.index, g.model, m.memory_total_mib, m.memory_used_mib, m.profile, g.uuid
+        )
+        for m in g.mig
+    ]
+
+
+class ReportRefused(ValueError):
+    """An agent report that would corrupt another node's state; the message says why."""
+
+
+class Inventory:
+    def __init__(self, pricebook: PriceBook) -> None:
+        self._pricebook = pricebook
+        self._nodes: dict[str, _Node] = {}
+        self._grants: dict[str, list[Grant]] = {}  # pod uid -> its grants
+        self._pods_on: dict[str, set[str]] = defaultdict(set)  # node -> pod uids with grants
+        # (node, gpu uuid) -> MiB reserved: keyed by node too, so a report that names
+        # another node's GPU cannot shrink that node's headroom
+        self._reserved: dict[tuple[str, str], int] = defaultdict(int)
+        self._owner: dict[str, str] = {}  # gpu uuid (MIG: its parent's) -> node reporting it
+        self._lock = threading.RLock()
+        self._seq = 0
+        self._columns = NodeColumns()
+        self._dirty: set[str] = set()  # nodes whose columns row is behind
+
+    # --- inputs ----------------------------------------------------------------------
+
+    def update_facts(self, facts: NodeFacts) -> None:
+        """Facts from Kubernetes (scheduler-sent Nodes or the watch) win over report labels."""
+        with self._lock:
+            node = self._nodes.get(facts.name)
+            if node is None:
+                self._nodes[facts.name] = _Node(facts, facts_from_report=False)
+                self._touch(facts.name)
+            elif node.facts != facts or node.facts_from_report:
+                node.facts, node.facts_from_report = facts, False
+                self._touch(facts.name)
+
+    def apply_report(
+        self, report: NodeReport, received_at: float, stale_after: float = float("inf")
+    ) -> None:
+        """Take a node's measurements. A GPU belongs to one node: a report naming a GPU
+        that another node reported within ``stale_after`` is refused (ReportRefused)."""
+        gpus = measured_gpus(report)
+        with self._lock:
+            self._claim_gpus(report.node, gpus, received_at - stale_after)
+            node = self._nodes.get(report.node)
+            if node is None:
+                node = self._nodes[report.node] = _Node(
+                    facts_from_labels(report.node, report.labels)
+                )
+            changed = gpus != node.gpus or node.received_at is None
+            if node.facts_from_report and report.labels:
+                facts = facts_from_labels(report.node, report.labels)
+                changed = changed or facts != node.facts
+                node.facts = facts
+            node.gpus, node.received_at = gpus, received_at
+            if changed:  # the row now, not on the next filter: reports are off its path
+                self._touch(report.node)
+                self._write_row(report.node)
+                self._dirty.discard(report.node)
+            else:
+                self._columns.set_received(report.node, received_at)
+
+    def _claim_gpus(self, name: str, gpus: tuple[MeasuredGpu, ...], fresh_since: float) -> None:
+        physical = {g.parent_uuid or g.uuid for g in gpus}
+        for uuid in physical:
+            owner = self._owner.get(uuid)
+            if owner is None or owner == name:
+                continue
+            other = self._nodes.get(owner)
+            seen = other.received_at if other is not None else None
+            if other is not None and seen is not None and seen >= fresh_since:
+                raise ReportRefused(
+                    f"GPU {uuid[:48]} is reported by node {owner!r}; a GPU belongs to one "
+                    f"node, so this report for {name!r} is refused"
+                )
+        self._disown(name, keep=physical)
+        for uuid in physical:
+            self._owner[uuid] = name
+
+    def _disown(self, name: str, keep: Collection[str] = ()) -> None:
+        """Forget which GPUs the node's last report named (other than ``keep``)."""
+        node = self._nodes.get(name)
+        for g in node.gpus if node is not None else ():
+            uuid = g.parent_uuid or g.uuid
+            if uuid not in keep and self._owner.get(uuid) == name:
+                del self._owner[uuid]
+
+    def set_draining(self, name: str, draining: bool) -> None:
+        """Karpenter's NodeClaim for this node is being deleted: no new GPU pods."""
+        with self._lock:
+            node = self._nodes.get(name)
+            if node is None:
+                node = self._nodes[name] = _Node(facts_from_labels(name, {}))
+            if node.draining != draining:
+                node.draining = draining
+                self._touch(name)
+
+    def draining(self, name: str) -> bool:
+        node = self._nodes.get(name)
+        return node is not None and node.draining
+
+    def remove_node(self, name: str) -> None:
+        with self._lock:
+            self._disown(name)
+            self._nodes.pop(name, None)
+            self._touch(name)
+
+    def reserve(self, grants: list[Grant]) -> bool:
+        """Hold the grants' memory for their pod. A pod's reservation is never replaced:
+        False (and nothing changed) when the pod already holds one."""
+        if not grants:
+            return True
+        with self._lock:
+            uid = grants[0].pod_uid
+            if uid in self._grants:
+                return False
+            self._grants[uid] = list(grants)
+            for g in grants:
+                self._reserved[g.node, g.gpu_uuid] += g.memory_mib
+                self._pods_on[g.node].add(uid)
+            self._touch_nodes({g.node for g in grants})
+        return True
+
+    def release(self, pod_uid: str, only: list[Grant] | None = None) -> list[Grant]:
+        """Free the pod's reservation; with ``only``, just if it is still those grants, so
+        a call that failed never frees what another call reserved for the same pod."""
+        with self._lock:
+            if only is not None and self._grants.get(pod_uid) != only:
+                return []
+            return self._release_locked(pod_uid)
+
+    def _release_locked(self, pod_uid: str) -> list[Grant]:
+        grants = self._grants.pop(pod_uid, [])
+        for g in grants:
+            pods = self._pods_on.get(g.node)
+            if pods is not None:
+                pods.discard(pod_uid)
+                if not pods:
+                    del self._pods_on[g.node]
+            left = self._reserved[g.node, g.gpu_uuid] - g.memory_mib
+            if left > 0:
+                self._reserved[g.node, g.gpu_uuid] = left
+            else:
+                self._reserved.pop((g.node, g.gpu_uuid), None)
+        self._touch_nodes({g.node for g in grants})
+        return grants
+
+    # --- reads -----------------------------------------------------------------------
+
+    @property
+    def lock(self) -> threading.RLock:
+        """Held by bind around "evaluate the node, then reserve" so no two binds race."""
+        return self._lock
+
+    def facts(self, name: str) -> NodeFacts | None:
+        node = self._nodes.get(name)
+        return node.facts if node else None
+
+    def received_at(self, name: str) -> float | None:
+        node = self._nodes.get(name)
+        return node.received_at if node else None
+
+    def node_names(self) -> list[str]:
+        return list(self._nodes)
+
+    def grants_of(self, pod_uid: str) -> list[Grant]:
+        return list(self._grants.get(pod_uid, ()))
+
+    def grants_on_node(self, node_name: str) -> list[Grant]:
+        with self._lock:
+            return [g for uid in self._pods_on.get(node_name, ()) for g in self._grants[uid]]
+
+    def grants_on(self, node_name: str) -> list[PodGrant]:
+        with self._lock:
+            by_pod = [self._grants[uid] for uid in self._pods_on.get(node_name, ())]
+        return [
+            PodGrant(
+                gs[0].pod_uid,
+                gs[0].namespace,
+                gs[0].name,
+                [g.gpu_uuid for g in gs],
+                gs[0].memory_mib,
+            )
+            for gs in by_pod
+        ]
+
+    def price(self, name: str) -> NodePrice | None:
+        self.view(name)
+        node = self._nodes.get(name)
+        return node.price if node else None
+
+    def columns(self) -> NodeColumns:
+        """Every node as arrays, changed nodes' rows rewritten first."""
+        with self._lock:
+            for name in self._dirty:
+                self._write_row(name)
+            self._dirty.clear()
+            return self._columns
+
+    def _write_row(self, name: str) -> None:
+        node = self._nodes.get(name)
+        view = self.view(name) if node is not None else None
+        if node is None or node.received_at is None or view is None:
+            self._columns.drop(name)
+        else:
+            usable = not (node.facts.disrupted or node.draining)
+            self._columns.write(view, node.received_at, usable, self._seq)
+
+    def view(self, name: str) -> NodeView | None:
+        """The node as scoring sees it, or None if no agent has reported for it."""
+        node = self._nodes.get(name)
+        if node is None or node.received_at is None:
+            return None
+        cached = node.view
+        if cached is not None and cached.version == node.version:
+            return cached
+        with self._lock:
+            return self._build_view(name, node)
+
+    def _build_view(self, name: str, node: _Node) -> NodeView:
+        gpus = tuple(
+            GpuView(
+                uuid=g.uuid,
+                index=g.index,
+                model=g.model,
+                total_mib=g.total_mib,
+                committed_mib=max(g.used_mib, self._reserved.get((name, g.uuid), 0)),
+                reserved_mib=self._reserved.get((name, g.uuid), 0),
+                mig_profile=g.mig_profile,
+            )
+            for g in node.gpus
+        )
+        plain = [g for g in node.gpus if not g.mig_profile]
+        price = self._pricebook.node_price(
+            node.facts.instance_type,
+            node.facts.capacity_type,
+            gpus=len({g.parent_uuid or g.uuid for g in node.gpus}),
+            gpu_memory_mib=plain[0].total_mib if plain else 0,
+        )
+        node.price = price
+        node.view = NodeView(
+            name=name,
+            gpus=gpus,
+            capacity_type=node.facts.capacity_type,
+            instance_type=node.facts.instance_type,
+            price_per_gib_hour=price.per_gib_hour_float if price else None,
+            version=node.version,
+        )
+        return node.view
+
+    # --- internals -------------------------------------------------------------------
+
+    @property
+    def seq(self) -> int:
+        return self._seq
+
+    def _touch(self, name: str) -> None:
+        self._seq += 1
+        self._dirty.add(name)
+        node = self._nodes.get(name)
+        if node is not None:
+            node.version = self._seq
+
+    def _touch_nodes(self, names: set[str]) -> None:
+        for name in names:
+            self._touch(name)
