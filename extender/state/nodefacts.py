@@ -1,4 +1,6 @@
-"""Node facts from Kubernetes/Karpenter labels and taints (docs/protocol.md §3)."""
+"""Node facts from Kubernetes, Karpenter, EKS, GKE and AKS labels and taints.
+
+Label keys and values, with their sources: docs/protocol.md §3."""
 
 from __future__ import annotations
 
@@ -14,6 +16,14 @@ GPU_COUNT = "karpenter.k8s.aws/instance-gpu-count"
 GPU_MEMORY = "karpenter.k8s.aws/instance-gpu-memory"  # MiB per GPU
 GPU_NAME = "karpenter.k8s.aws/instance-gpu-name"
 DISRUPTED_TAINT = "karpenter.sh/disrupted"
+# Capacity type and GPU model off Karpenter (docs/protocol.md §3, "Other clouds' node labels")
+EKS_CAPACITY_TYPE = "eks.amazonaws.com/capacityType"  # managed node groups
+_EKS = {"SPOT": "spot", "ON_DEMAND": "on-demand", "CAPACITY_BLOCK": "reserved"}
+GKE_SPOT = "cloud.google.com/gke-spot"  # "true" on Spot VM nodes
+GKE_PREEMPTIBLE = "cloud.google.com/gke-preemptible"  # "true" on preemptible VM nodes
+GKE_NODEPOOL = "cloud.google.com/gke-nodepool"
+GKE_ACCELERATOR = "cloud.google.com/gke-accelerator"  # e.g. nvidia-l4, nvidia-tesla-t4
+AKS_PRIORITY = "kubernetes.azure.com/scalesetpriority"  # "spot" on spot pools
 
 
 class NodeFacts(msgspec.Struct, frozen=True, gc=False):  # one per node: see scoring.model
@@ -34,15 +44,33 @@ def facts_from_labels(
 ) -> NodeFacts:
     return NodeFacts(
         name=name,
-        capacity_type=labels.get(CAPACITY_TYPE, ""),
+        capacity_type=capacity_type(labels),
         instance_type=labels.get(INSTANCE_TYPE, ""),
         nodepool=labels.get(NODEPOOL, ""),
         zone=labels.get(ZONE, ""),
         gpu_count_hint=_int(labels.get(GPU_COUNT)),
         gpu_memory_mib_hint=_int(labels.get(GPU_MEMORY)),
-        gpu_model_hint=labels.get(GPU_NAME, ""),
+        gpu_model_hint=labels.get(GPU_NAME) or labels.get(GKE_ACCELERATOR, ""),
         disrupted=deleting or DISRUPTED_TAINT in taint_keys,
     )
+
+
+def capacity_type(labels: dict[str, str]) -> str:
+    """spot | on-demand | reserved from the first label that says: Karpenter's, then EKS
+    managed node groups', GKE's Spot/preemptible flags, AKS's scale-set priority. A GKE
+    node in a pool without the spot flags is on-demand; no label at all is "" (unknown)."""
+    if karpenter := labels.get(CAPACITY_TYPE):
+        return karpenter
+    if eks := _EKS.get(labels.get(EKS_CAPACITY_TYPE, "").upper()):
+        return eks
+    if labels.get(GKE_SPOT) == "true" or labels.get(GKE_PREEMPTIBLE) == "true":
+        return "spot"
+    if GKE_NODEPOOL in labels:
+        return "on-demand"
+    aks = labels.get(AKS_PRIORITY, "").lower()
+    if aks in ("spot", "regular"):
+        return "spot" if aks == "spot" else "on-demand"
+    return ""
 
 
 def facts_from_node(node: Node) -> NodeFacts:
