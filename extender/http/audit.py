@@ -20,9 +20,10 @@ from pydantic import BaseModel, Field
 from extender.core.allocation import Allocation, LedgerUnavailable
 from extender.ledger import chargeback_report
 from extender.ledger.base import Ledger
-from extender.ledger.chargeback import parse_group_by, parse_timestamp, report_csv, report_dict
-from extender.ledger.metrics import month_start
+from extender.ledger.chargeback import parse_group_by
+from extender.ledger.exports import report_csv, report_dict
 from extender.ledger.records import AllocationFilter, DiscrepancyRecord, EventRecord
+from extender.ledger.window import month_start, parse_timestamp
 from extender.wire.clock import Clock
 
 MAX_LIMIT = 1000

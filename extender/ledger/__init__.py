@@ -2,13 +2,19 @@
 
 ``open_ledger(target, clock)`` picks the backend: a ``postgresql://`` or
 ``postgres://`` DSN opens PostgreSQL, anything else is a SQLite file path.
+
+The package imports downward only: this front door wires the process metrics in as
+the default hooks; ``metrics`` reads the ledger through its submodules, never
+through this one.
 """
 
 from __future__ import annotations
 
 from extender.ledger.base import Ledger
-from extender.ledger.chargeback import ChargebackReport, compute
-from extender.ledger.sql import Hooks, SqlLedger
+from extender.ledger.chargeback import chargeback_report
+from extender.ledger.dialect import Hooks
+from extender.ledger.metrics import METRICS
+from extender.ledger.sql import SqlLedger
 from extender.wire.clock import Clock
 
 __all__ = ["Ledger", "SqlLedger", "chargeback_report", "is_dsn", "open_ledger"]
@@ -28,10 +34,7 @@ def open_ledger(
     busy wait): a bind must answer before kube-scheduler's 5 s extender timeout.
     """
     del clock  # writes carry their own timestamps; kept for the stable signature
-    if hooks is None:
-        from extender.ledger.metrics import METRICS
-
-        hooks = METRICS
+    hooks = METRICS if hooks is None else hooks
     if is_dsn(target):
         from extender.ledger.postgres import PostgresDialect  # psycopg only when used
 
@@ -39,12 +42,3 @@ def open_ledger(
     from extender.ledger.sqlite import SqliteDialect
 
     return SqlLedger(SqliteDialect(target, busy_timeout_s=timeout_s), hooks)
-
-
-def chargeback_report(
-    ledger: Ledger, start: float, end: float, group_by: str, now: float
-) -> ChargebackReport:
-    """Read the window's rows and node periods, then price them (pure ``compute``)."""
-    return compute(
-        ledger.charge_rows(start, end), ledger.node_periods(start, end), start, end, now, group_by
-    )

@@ -13,7 +13,6 @@ from decimal import Decimal
 from typing import Protocol
 
 from extender.core.allocation import Allocation, Decision, EventKind, NodeRef, Observation
-from extender.ledger.chargeback import ChargeRow
 from extender.ledger.records import (
     AllocationFilter,
     ChainReport,
@@ -117,7 +116,7 @@ class Ledger(Protocol):
         """Rows matching ``flt`` with id > ``after_id``, by id, at most ``limit``."""
         ...
 
-    def charge_rows(self, start: float, end: float) -> Iterator[ChargeRow]:
+    def charge_rows(self, start: float, end: float) -> Iterator[Allocation]:
         """Every non-failed row overlapping ``[start, end)`` (streamed)."""
         ...
 

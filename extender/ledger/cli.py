@@ -17,23 +17,15 @@ from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
-from extender.core.allocation import LedgerUnavailable
+from extender.core.allocation import Allocation, LedgerUnavailable
 from extender.core.table import align
 from extender.ledger import chargeback_report, is_dsn, open_ledger
 from extender.ledger.base import Ledger
-from extender.ledger.chargeback import (
-    ChargebackReport,
-    ChargeRow,
-    allocation_charge,
-    allocation_seconds,
-    cents,
-    parse_group_by,
-    parse_timestamp,
-    report_csv,
-    report_dict,
-)
-from extender.ledger.metrics import month_start
-from extender.ledger.sql import NullHooks
+from extender.ledger.chargeback import ChargebackReport, parse_group_by
+from extender.ledger.charges import allocation_charge, allocation_seconds, cents
+from extender.ledger.dialect import NullHooks
+from extender.ledger.exports import report_csv, report_dict
+from extender.ledger.window import month_start, parse_timestamp
 from extender.wire.clock import SystemClock
 
 DEFAULT_DB = "headroom.db"
@@ -196,22 +188,22 @@ EXPORT_FIELDS = (
 )
 
 
-def _row_dict(r: ChargeRow, start: float, end: float, now: float) -> dict[str, Any]:
+def _row_dict(a: Allocation, start: float, end: float, now: float) -> dict[str, Any]:
     return {
-        "id": r.allocation_id,
-        "pod_uid": r.pod_uid,
-        "namespace": r.namespace,
-        "pod_name": r.pod_name,
-        "node": r.node,
-        "capacity_type": r.capacity_type,
-        "gpu_uuid": r.gpu_uuid,
-        "memory_mib": r.memory_mib,
-        "price_per_hour": str(r.price_per_hour),
-        "decided_at": r.start,
-        "ended_at": r.end,
-        "status": r.status,
-        "billed_seconds": str(allocation_seconds(r, start, end, now)),
-        "cost_usd": str(cents(allocation_charge(r, start, end, now))),
+        "id": a.id,
+        "pod_uid": a.pod.uid,
+        "namespace": a.pod.namespace,
+        "pod_name": a.pod.name,
+        "node": a.node.name,
+        "capacity_type": a.node.capacity_type,
+        "gpu_uuid": a.grant.gpu_uuid,
+        "memory_mib": a.grant.memory_mib,
+        "price_per_hour": str(a.grant.price_per_hour),
+        "decided_at": a.decided_at,
+        "ended_at": a.ended_at,
+        "status": a.status.value,
+        "billed_seconds": str(allocation_seconds(a, start, end, now)),
+        "cost_usd": str(cents(allocation_charge(a, start, end, now))),
     }
 
 

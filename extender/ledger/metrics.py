@@ -10,6 +10,9 @@ can build a fresh ``LedgerMetrics(CollectorRegistry())`` without duplicate error
 Scrapes stay cheap: counters/histograms are updated at write time; the gauges read
 ``ledger.active()`` (bounded by what is running now) and the chargeback gauge is
 recomputed at most every ``chargeback_ttl_s`` (it scans a month of rows).
+
+Imports run one way: the package's ``__init__`` takes ``METRICS`` from here as the
+default hooks, and this module reads the ledger only through its submodules.
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -26,6 +28,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
 from extender.core.allocation import LedgerUnavailable, Observation
+from extender.ledger.chargeback import chargeback_report
+from extender.ledger.window import month_start
 from extender.wire.clock import Clock
 
 if TYPE_CHECKING:
@@ -140,8 +144,6 @@ class LedgerCollector(Collector):
         yield self._chargeback(ledger)
 
     def _chargeback(self, ledger: Ledger) -> Metric:
-        from extender.ledger import chargeback_report
-
         now = self.clock.now()
         with self._lock:
             if self._cache is None or time.monotonic() - self._cache[0] > self.ttl:
@@ -157,11 +159,6 @@ class LedgerCollector(Collector):
         for ns, usd in sorted(values.items()):
             g.add_metric([ns], usd)
         return g
-
-
-def month_start(t: float) -> float:
-    d = datetime.fromtimestamp(t, UTC)
-    return datetime(d.year, d.month, 1, tzinfo=UTC).timestamp()
 
 
 class SchedulingMetrics:

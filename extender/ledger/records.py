@@ -1,15 +1,14 @@
 """Plain read-side records of the ledger (no I/O): what queries return.
 
-Kept apart from ``extender.core.allocation`` (the write-side data the scheduling path
-shares) so the audit API and the CLI can grow without touching the lead's types.
+Kept apart from ``extender.core.allocation`` (the data the scheduling path shares,
+``Allocation`` among it) so the audit API and the CLI can grow without touching it.
+Each record's fields are named for the columns it is read from (``named.py``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from decimal import Decimal
-
-from extender.ledger.chargeback import NodePeriod
 
 __all__ = [
     "AllocationFilter",
@@ -31,6 +30,24 @@ class AllocationFilter:
     active: bool | None = None
     start: float | None = None  # overlaps [start, end)
     end: float | None = None
+
+
+@dataclass(frozen=True)
+class NodePeriod:
+    """A stretch of time a node existed at one GPU price and GPU count.
+
+    Node cost is computed from these, so a spot price change or a node leaving
+    mid-window is billed exactly for the time at each price.
+    """
+
+    node: str
+    instance_type: str
+    capacity_type: str
+    gpu_count: int
+    gpu_total_mib: int
+    gpu_price_per_hour: Decimal
+    since: float
+    until: float | None  # None: still open (present "until now")
 
 
 @dataclass(frozen=True)

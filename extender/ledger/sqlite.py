@@ -19,7 +19,7 @@ from contextlib import AbstractContextManager, contextmanager, suppress
 from decimal import Decimal
 
 from extender.core.allocation import LedgerUnavailable
-from extender.ledger.sql import UniqueConflict
+from extender.ledger.dialect import UniqueConflict
 
 TYPES = {"id": "INTEGER PRIMARY KEY AUTOINCREMENT", "real": "REAL", "money": "TEXT", "text": "TEXT"}
 

@@ -250,10 +250,10 @@ def test_decisions_record_in_a_real_ledger_and_bill_once(tmp_path: Path) -> None
         for decision in _ingest(nvidia.allocated_claim(PODS), [nvidia.h100_slice()]):
             ledger.record_decision(decision)
         rows = list(ledger.charge_rows(AT, AT + 3600))
-        assert sorted(r.pod_name for r in rows) == ["trainer-0", "trainer-1"]
-        assert sum(r.memory_mib for r in rows) == 20480
-        assert sum(r.price_per_hour for r in rows) == P5_GPU_HOUR * 20480 / 81559
-        assert {r.gpu_uuid for r in rows} == {nvidia.H100_UUIDS[1]}
+        assert sorted(r.pod.name for r in rows) == ["trainer-0", "trainer-1"]
+        assert sum(r.grant.memory_mib for r in rows) == 20480
+        assert sum(r.grant.price_per_hour for r in rows) == P5_GPU_HOUR * 20480 / 81559
+        assert {r.grant.gpu_uuid for r in rows} == {nvidia.H100_UUIDS[1]}
     finally:
         ledger.close()
 

@@ -12,7 +12,7 @@ import sys
 from extender.core.allocation import AlreadyAllocated
 from extender.ledger import open_ledger
 from extender.ledger.base import Ledger
-from extender.ledger.sql import NullHooks
+from extender.ledger.dialect import NullHooks
 from extender.wire.clock import SystemClock
 
 from .helpers import GIB, decision, grant

@@ -13,7 +13,9 @@ from fractions import Fraction
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.ledger.chargeback import ChargeRow, NodePeriod, compute
+from extender.core.allocation import Allocation, GpuGrant, NodeRef, PodRef, Sharing, Status
+from extender.ledger.chargeback import compute
+from extender.ledger.records import NodePeriod
 
 T0 = 1_767_225_600
 GPU_MIB = 81_920
@@ -38,9 +40,9 @@ def _overlap(a: float, b: float, lo: float, hi: float) -> Fraction:
 
 
 @st.composite
-def scenarios(draw: st.DrawFn) -> tuple[list[ChargeRow], list[NodePeriod], float, float]:
+def scenarios(draw: st.DrawFn) -> tuple[list[Allocation], list[NodePeriod], float, float]:
     horizon = 10 * 3600 * 1000
-    rows: list[ChargeRow] = []
+    rows: list[Allocation] = []
     periods: list[NodePeriod] = []
     for n in range(draw(st.integers(1, 3))):
         name = f"node-{n}"
@@ -61,21 +63,19 @@ def scenarios(draw: st.DrawFn) -> tuple[list[ChargeRow], list[NodePeriod], float
                 a = draw(st.integers(since, until))
                 b = draw(st.integers(a, until))
                 ended = draw(st.booleans())
+                n_row = len(rows)
+                grant = GpuGrant(
+                    f"{name}-gpu{g}", g, "H100", mib, GPU_MIB, Sharing.SHARED, price * mib / GPU_MIB
+                )
                 rows.append(
-                    ChargeRow(
-                        len(rows) + 1,
-                        f"uid{len(rows)}",
-                        draw(st.sampled_from(["a", "b"])),
-                        f"p{len(rows)}",
-                        "{}",
-                        name,
-                        "spot",
-                        f"{name}-gpu{g}",
-                        mib,
-                        price * mib / GPU_MIB,
-                        _t(a),
-                        _t(b) if ended else None,
-                        "ended" if ended else "running",
+                    Allocation(
+                        id=n_row + 1,
+                        pod=PodRef(f"uid{n_row}", draw(st.sampled_from(["a", "b"])), f"p{n_row}"),
+                        node=NodeRef(name, capacity_type="spot"),
+                        grant=grant,
+                        status=Status.ENDED if ended else Status.RUNNING,
+                        decided_at=_t(a),
+                        ended_at=_t(b) if ended else None,
                     )
                 )
     lo = draw(st.integers(0, horizon))
@@ -86,7 +86,7 @@ def scenarios(draw: st.DrawFn) -> tuple[list[ChargeRow], list[NodePeriod], float
 @settings(max_examples=300, deadline=None)
 @given(scenarios(), st.integers(0, 12 * 3600 * 1000), st.sampled_from(["namespace", "pod", "node"]))
 def test_charges_plus_idle_equal_node_cost(
-    scenario: tuple[list[ChargeRow], list[NodePeriod], float, float], now_ms: int, group_by: str
+    scenario: tuple[list[Allocation], list[NodePeriod], float, float], now_ms: int, group_by: str
 ) -> None:
     rows, periods, start, end = scenario
     now = _t(now_ms)
@@ -102,11 +102,16 @@ def test_charges_plus_idle_equal_node_cost(
         )
         charged = sum(
             (
-                Fraction(r.price_per_hour)
-                * _overlap(r.start, r.end if r.end is not None else min(end, now), start, end)
+                Fraction(r.grant.price_per_hour)
+                * _overlap(
+                    r.decided_at,
+                    r.ended_at if r.ended_at is not None else min(end, now),
+                    start,
+                    end,
+                )
                 / 3600
                 for r in rows
-                if r.node == p.node
+                if r.node.name == p.node
             ),
             Fraction(0),
         )
@@ -114,7 +119,7 @@ def test_charges_plus_idle_equal_node_cost(
         assert line.charged == _round_cents(charged)
         assert line.charged + line.idle == line.cost
         # slices never exceed the GPU, but an active row runs to `now`, past the node's end
-        if all(r.end is not None for r in rows if r.node == p.node):
+        if all(r.ended_at is not None for r in rows if r.node.name == p.node):
             assert not line.oversubscribed and line.idle >= 0
     assert report.total_charged == sum((g.cost for g in report.groups), Decimal(0))
     assert report.total_charged + report.total_idle == report.total_node_cost

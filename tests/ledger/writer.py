@@ -15,7 +15,7 @@ from typing import TypeVar
 
 from extender.core.allocation import AlreadyAllocated, Decision, LedgerUnavailable
 from extender.ledger import open_ledger
-from extender.ledger.sql import NullHooks
+from extender.ledger.dialect import NullHooks
 from extender.wire.clock import SystemClock
 
 from .helpers import GIB, decision, grant
