@@ -1,6 +1,8 @@
 """Scoring a batch of nodes at once gives exactly what scoring each node gives.
 
-The per-node policies (place + score) are the reference; ``evaluate_batch`` is what the
+The per-node policies (place + score) are the reference, and for the two FGD policies,
+whose per-node and batch paths both run ``scoring.fragmentation``, the plain-Python
+oracle ``tests/fragmentation_reference.py`` is; ``evaluate_batch`` is what the
 filter runs on thousands of nodes. Any difference, even in the last bit of a raw score,
 could flip a tie and move a pod, so equality is exact, for every policy, random nodes
 (mixed GPU sizes, busy/idle/reserved GPUs, MIG instances beside plain GPUs, spot and
@@ -15,10 +17,13 @@ from hypothesis import strategies as st
 
 from extender.scoring import POLICIES, Context, Limits, evaluate, policy_by_name
 from extender.scoring.batch import GpuBatch
+from extender.scoring.fit import fitting_gpus
 from extender.scoring.framework import evaluate_batch, evaluate_rows
 from extender.scoring.model import GpuView, NodeView
+from extender.scoring.policy import Shape
 from extender.state.columns import NodeColumns
 from extender.state.demand import CapacityPref, GpuDemand
+from tests import fragmentation_reference as ref
 
 TOTALS = [16_384, 24_576, 46_068, 81_920]
 MEMS = [None, 512, 4096, 8192, 10_000, 16_384, 24_000, 40_000]
@@ -68,7 +73,11 @@ mixes = st.lists(
     margin=st.sampled_from([0, 512]),
 )
 def test_batch_equals_per_node(
-    nodes: tuple[NodeView, ...], demand: GpuDemand, mix: list, policy: str, margin: int
+    nodes: tuple[NodeView, ...],
+    demand: GpuDemand,
+    mix: list[tuple[Shape, float]],
+    policy: str,
+    margin: int,
 ) -> None:
     total = sum(p for _, p in mix)
     ctx = Context(Limits(margin_mib=margin), tuple((s, p / total) for s, p in mix))
@@ -79,6 +88,28 @@ def test_batch_equals_per_node(
         assert bool(fits[i]) == ev.fits, (view, demand)
         if ev.fits:
             assert raw[i] == ev.raw, (policy, view, demand, raw[i], ev.raw)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    view=node(0),
+    demand=demands,
+    mix=mixes,
+    policy=st.sampled_from(["fgd", "headroom"]),
+    margin=st.sampled_from([0, 512]),
+)
+def test_fgd_policies_equal_the_reference(
+    view: NodeView, demand: GpuDemand, mix: list[tuple[Shape, float]], policy: str, margin: int
+) -> None:
+    """The GPUs FGD and headroom choose on a node and their raw scores equal the
+    plain-Python oracle's exactly (the batch then equals these, above)."""
+    total = sum(p for _, p in mix)
+    ctx = Context(Limits(margin_mib=margin), tuple((s, p / total) for s, p in mix))
+    ev = evaluate(view, demand, policy_by_name(policy), ctx)
+    if ev.fits:
+        fitting = fitting_gpus(view, demand, ctx.limits)
+        chosen, want = ref.raw(policy, view, demand, fitting, ctx)
+        assert ev.chosen == chosen and ev.raw == want, (view, demand, ev.raw, want)
 
 
 def test_an_example_by_hand() -> None:
@@ -107,7 +138,11 @@ def test_an_example_by_hand() -> None:
     policy=st.sampled_from(sorted(POLICIES)),
 )
 def test_rows_read_in_place_equal_the_taken_batch(
-    nodes: tuple[NodeView, ...], picks: list[int], demand: GpuDemand, mix: list, policy: str
+    nodes: tuple[NodeView, ...],
+    picks: list[int],
+    demand: GpuDemand,
+    mix: list[tuple[Shape, float]],
+    policy: str,
 ) -> None:
     """What the filter runs on the inventory's columns (rows in any order, repeated, -1
     for an unavailable node) equals ``evaluate_batch`` on those rows taken out."""
@@ -133,7 +168,11 @@ def test_rows_read_in_place_equal_the_taken_batch(
     cut=st.integers(0, 700),
 )
 def test_rows_in_runs_read_as_rows_anywhere(
-    nodes: tuple[NodeView, ...], demand: GpuDemand, mix: list, policy: str, cut: int
+    nodes: tuple[NodeView, ...],
+    demand: GpuDemand,
+    mix: list[tuple[Shape, float]],
+    policy: str,
+    cut: int,
 ) -> None:
     """FGD for one unit reads a block of rows that runs consecutively as slices of the
     columns and gathers any other block: the same answer either way. 700 nodes (several
@@ -192,10 +231,10 @@ def test_inventory_columns_read_availability_and_prices() -> None:
     finds the rows written since a change number, until rows come or go."""
     cols = NodeColumns()
     lim = Limits()
-    for i, (received, ok) in enumerate([(100.0, True), (50.0, True), (100.0, False)]):
+    for i, (at, ok) in enumerate([(100.0, True), (50.0, True), (100.0, False)]):
         gpus = (GpuView(f"g{i}", 0, "A10G", 24_576, 1000 * i),)
         cols.write(
-            NodeView(f"n{i}", gpus, "spot", "g5.xlarge", 0.01 * (i + 1)), received, ok, stamp=i + 1
+            NodeView(f"n{i}", gpus, "spot", "g5.xlarge", 0.01 * (i + 1)), at, ok, stamp=i + 1
         )
     live, price, received = cols.read(cols.rows(["n0", "n1", "n2", "nope"]), 120.0, 30.0)
     assert live.tolist() == [cols.rows(["n0"])[0], -1, -1, -1]  # n1 stale, n2 unschedulable
@@ -206,14 +245,16 @@ def test_inventory_columns_read_availability_and_prices() -> None:
     assert not whole.mig_busy[row]
     busy_mig = GpuView("m0", 1, "A100", 10_240, 5_000, 0, "1g.10gb")
     rows, layout = cols.rows(["n2", "n1", "n0"]), cols.layout
-    assert cols.changed(rows, layout, since=1).tolist() == [0, 1]  # n2, n1: written after 1
+    written = cols.changed(rows, layout, since=1)
+    assert written is not None and written.tolist() == [0, 1]  # n2, n1: written after 1
     cols.write(
         NodeView("n0", (GpuView("g0", 0, "A10G", 24_576, 20_000), busy_mig), "spot"),
         110.0,
         True,
         stamp=7,
     )
-    assert cols.changed(rows, layout, since=3).tolist() == [2]  # n0 again, at 7
+    written = cols.changed(rows, layout, since=3)
+    assert written is not None and written.tolist() == [2]  # n0 again, at 7
     assert cols.whole(lim).committed[0, row] == 20_000 and cols.whole(lim).mig_busy[row]
     for i in range(3, 600):  # the columns grow: the batch is built again over the new ones
         cols.write(

@@ -19,11 +19,14 @@ from extender.scoring import (
     policy_by_name,
     priorities,
 )
+from extender.scoring.batch import GpuBatch
+from extender.scoring.fragmentation import fragmentation_delta, fragmentation_of
 from extender.scoring.narrowing import blended, narrow
 from extender.scoring.policies import Fgd, GpuPacking, Headroom
-from extender.scoring.policies.fgd import fragmentation
-from extender.scoring.policies.headroom import TIE, Fragmentation
+from extender.scoring.policies.headroom import TIE
+from extender.scoring.policy import Shape
 from extender.state.demand import GpuDemand
+from tests import fragmentation_reference as ref
 
 GIB = 1024
 EXACT = Limits(margin_mib=0, idle_mib=0)
@@ -101,17 +104,34 @@ mixes = st.lists(
 )
 
 
-@given(states, mixes, st.data())
-def test_fragmentation_counters_equal_fgd(state, mix, data) -> None:
-    f = Fragmentation(list(state), mix)
-    assert f.value() == fragmentation(state, mix)
+def view_of(name: str, state: ref.State) -> NodeView:
+    """A node whose plain GPUs have this (free, idle) state under ``EXACT`` limits: an idle
+    GPU is all free; a busy one holds 1 GiB beside its free memory."""
+    gpus = tuple(
+        GpuView(f"{name}-{i}", i, "X", f if idle else f + GIB, 0 if idle else GIB, 0 if idle else 1)
+        for i, (f, idle) in enumerate(state)
+    )
+    return NodeView(name, gpus)
+
+
+@given(st.lists(states, min_size=1, max_size=6), mixes, st.data())
+def test_the_kernel_is_the_reference_fragmentation(
+    many: list[ref.State], mix: list[tuple[Shape, float]], data: st.DataObject
+) -> None:
+    """F of every node at once (``fragmentation_of``) and F's change when one GPU takes
+    a unit (``fragmentation_delta``) equal the plain-Python oracle exactly."""
+    views = [view_of(f"n{k}", state) for k, state in enumerate(many)]
+    assert [ref.node_state(v, EXACT)[0] for v in views] == many
+    got = fragmentation_of(GpuBatch.from_views(views, EXACT), EXACT, mix).tolist()
+    assert got == [ref.fragmentation(state, mix) for state in many]
+    view, state = views[0], many[0]
     i = data.draw(st.integers(0, len(state) - 1))
-    new = (data.draw(st.integers(0, state[i][0])), False)
-    trial = list(state)
-    trial[i] = new
-    assert f.value_if(i, new) == fragmentation(trial, mix)
-    f.set(i, new)
-    assert f.value() == fragmentation(trial, mix)
+    demand = GpuDemand(1, data.draw(st.one_of(st.none(), st.integers(1, 48 * GIB))))
+    chosen = (view.gpus[i],)
+    want = ref.fragmentation(ref.taken(state, i, view.gpus[i], demand, EXACT), mix)
+    assert fragmentation_delta(view, demand, chosen, EXACT, mix) == want - ref.fragmentation(
+        state, mix
+    )
 
 
 def test_dot_product_formula() -> None:

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import extender.scoring
 from extender.scoring import Context, GpuView, Limits, NodeView, Weights, evaluate, priorities
+from extender.scoring.batch import GpuBatch
 from extender.scoring.cost import cost_terms
+from extender.scoring.fragmentation import fragmentation_of
+from extender.scoring.model import MAX_PRIORITY
 from extender.scoring.policies import Binpack, Fgd, Spread, policy_by_name
-from extender.scoring.policies.fgd import fragmentation, task_fragment
 from extender.state.demand import CapacityPref, GpuDemand
+from extender.wire import protocol
+from tests.fragmentation_reference import fragmentation, node_state, task_fragment
 
 GIB = 1024
 EXACT = Limits(margin_mib=0, idle_mib=0)
@@ -41,6 +49,17 @@ def test_fgd_fragmentation_worked_by_hand() -> None:
     assert task_fragment(state, (1, 16 * GIB, "")) == 8 * GIB
     # two whole GPUs cannot fit: all free memory is fragment
     assert task_fragment(state, (2, None, "")) == 32 * GIB
+    # the kernel (the one definition) on the same node: GPU0 idle, GPU1 with 8 GiB free
+    node = two_gpu_node()
+    assert node_state(node, EXACT)[0] == state
+    batch = GpuBatch.from_views([node], EXACT)
+    for mix, want in [
+        (MIX, 4 * GIB),
+        ((((1, 16 * GIB, ""), 1.0),), 8 * GIB),
+        ((((2, None, ""), 1.0),), 32 * GIB),
+        ((((1, None, "2g.20gb"), 1.0),), 0),
+    ]:
+        assert fragmentation_of(batch, EXACT, mix).tolist() == [want]
 
 
 def test_fgd_places_where_fragmentation_shrinks() -> None:
@@ -168,36 +187,6 @@ def test_no_placement_exceeds_headroom(
 
 
 @given(
-    state=st.lists(st.tuples(st.integers(0, 96), st.booleans()), min_size=1, max_size=8),
-    shapes=st.lists(
-        st.tuples(st.integers(1, 3), st.one_of(st.none(), st.integers(1, 48)), st.floats(0.01, 1)),
-        min_size=1,
-        max_size=5,
-    ),
-    slot=st.integers(0, 7),
-    take=st.integers(0, 96),
-)
-def test_fgd_incremental_fragmentation_equals_recomputing(
-    state: list[tuple[int, bool]],
-    shapes: list[tuple[int, int | None, float]],
-    slot: int,
-    take: int,
-) -> None:
-    """The O(1) trial placement in Fgd.place scores exactly what a full recount gives."""
-    from extender.scoring.policies.fgd import _Aggregates
-
-    mix = [((k, None if m is None else m * GIB, ""), p) for k, m, p in shapes]
-    gib_state = [(f * GIB, idle) for f, idle in state]
-    i = slot % len(gib_state)
-    new_free = max(gib_state[i][0] - take * GIB, 0)
-    trial = list(gib_state)
-    trial[i] = (new_free, False)
-    assert _Aggregates(gib_state, mix).after(gib_state[i], new_free) == pytest.approx(
-        fragmentation(trial, mix)
-    )
-
-
-@given(
     st.lists(
         st.tuples(
             st.sampled_from([0.0, 0.25, 0.35, 0.45, 0.5, 0.65, 1.0]),
@@ -239,3 +228,23 @@ def test_integer_priorities_on_exact_halves() -> None:
     fits = np.array([True, True, True, True, True, False])
     scores = priority_array(raw, fits, np.full(6, np.nan), Weights(1.0, 0.0))
     assert scores.tolist() == [0, 2, 4, 8, 10, 0]  # 2.5 -> 2, 4.5 -> 4, 7.5 -> 8
+
+
+def test_scoring_stands_on_plain_data_only() -> None:
+    """``extender.scoring`` imports nothing of the project but itself (its model types):
+    no wire protocol, no cluster state. Its priority range is the protocol's."""
+    root, scoring = Path(extender.scoring.__file__).parent, "extender.scoring"
+    outside: set[str] = set()
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            project = [n for n in names if n.split(".")[0] in ("extender", "drivers")]
+            outside.update(f"{path.name}: {n}" for n in project if not n.startswith(scoring))
+    assert not outside
+    assert MAX_PRIORITY == protocol.MAX_PRIORITY

@@ -19,7 +19,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from extender.pricing import load_pricebook
-from extender.scoring import Context, Limits, Policy, Weights, policy_by_name
+from extender.scoring import Context, Limits, NodePolicy, Weights, policy_by_name
 
 from .baselines import DotProduct, RandomFit
 from .cluster import SimNode, make_cluster, model_memory, read_alibaba_nodes
@@ -63,7 +63,7 @@ class Setup:
     alibaba_pods: Path | None = None
 
 
-def make_policy(name: str, seed: int) -> Policy:
+def make_policy(name: str, seed: int) -> NodePolicy:
     if name == "random":
         return RandomFit(seed)
     if name == "dot-product":

@@ -1,4 +1,5 @@
-"""Baselines that make no sense in production but follow the same ``Policy`` protocol.
+"""Baselines that make no sense in production but follow the per-node half of the policy
+protocol (``NodePolicy``: place and score, no vectorised score).
 
 Random:  place random fitting GPUs; score = U(0, 1)          (seeded)
 DotProduct (Tetris, Grandl et al. SIGCOMM'14, as in the FGD authors' simulator, which

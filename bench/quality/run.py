@@ -14,9 +14,10 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from extender.scoring import Context, Evaluation, Policy, Weights
+from extender.scoring import Context, Evaluation, NodePolicy, Weights
+from extender.scoring.batch import GpuBatch
 from extender.scoring.fit import unit_mib
-from extender.scoring.policies.fgd import fragmentation, node_state
+from extender.scoring.fragmentation import fragmentation_of
 
 from .cluster import GIB, SPOT, SimNode
 from .scheduler import Mode, Scheduler
@@ -67,7 +68,7 @@ def grants(ev: Evaluation, pod: TracePod, ctx: Context) -> list[tuple[int, int]]
 def inflate(
     nodes: list[SimNode],
     trace: Sequence[TracePod],
-    policy: Policy,
+    policy: NodePolicy,
     ctx: Context,
     weights: Weights,
     mode: Mode,
@@ -111,7 +112,6 @@ def inflate(
         )
     res.cost_per_hour = cost
     res.idle_gpus = sum(1 for n in nodes for c in n.committed if c == 0)
-    res.frag_gib = (
-        sum(fragmentation(node_state(n.view(), ctx.limits)[0], ctx.mix) for n in nodes) / GIB
-    )
+    views = GpuBatch.from_views([n.view() for n in nodes], ctx.limits)
+    res.frag_gib = sum(fragmentation_of(views, ctx.limits, ctx.mix).tolist()) / GIB
     return res

@@ -4,8 +4,10 @@ kube mode (what a real cluster does, docs/protocol.md §1.5-1.6):
  1. in-tree Filter: the pod's allowed GPU models (NodeAffinity) and NodeResourcesFit on
     CPU/memory; it stops after numFeasibleNodesToFind feasible nodes (>= 100; else
     (50 - N/125)% of N, at least 5%), starting where the previous pod stopped.
- 2. extender filter: ``evaluate`` per node (cached by node version and demand, as
-    ``SchedulingService`` does); with narrowing, only ``narrow(...)`` passes.
+ 2. extender filter: the nodes scored at once (``evaluate_batch``, the filter's path;
+    ``evaluate`` node by node for MIG demands and for the baselines), cached by node
+    version and demand as ``SchedulingService`` does; with narrowing, only
+    ``narrow(...)`` passes.
  3. one node left: it is taken, prioritize is not called.
  4. total(n) = priorities(n) x weight x 10 + LeastAllocated(n) + BalancedAllocation(n)
     LeastAllocated = ((C - c') * 100 // C + (M - m') * 100 // M) // 2  (c', m': requested
@@ -19,11 +21,16 @@ ideal mode (the policy on its own, as papers report it): every node, the unround
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import cast
 
-from extender.scoring import Context, Evaluation, Policy, Weights, evaluate, priorities
+from extender.scoring import Context, Evaluation, NodePolicy, Weights, evaluate, priorities
+from extender.scoring.batch import GpuBatch
+from extender.scoring.fit import fitting_gpus
+from extender.scoring.framework import evaluate_batch
 from extender.scoring.narrowing import blended, narrow
+from extender.scoring.policy import Policy
 
 from .cluster import SimNode
 from .trace import TracePod
@@ -86,7 +93,7 @@ class Scheduler:
     def __init__(
         self,
         nodes: list[SimNode],
-        policy: Policy,
+        policy: NodePolicy,
         ctx: Context,
         weights: Weights,
         mode: Mode,
@@ -100,7 +107,7 @@ class Scheduler:
         self.rng = random.Random(seed)
         self.prices = {n.name: n.per_gib_hour for n in nodes}
         self._start = 0
-        self._cache: dict[tuple[object, ...], Evaluation] = {}
+        self._cache: dict[Hashable, Evaluation] = {}
 
     def candidates(self, pod: TracePod) -> list[SimNode]:
         """Step 1: in-tree filter, with kube-scheduler's node sampling in kube mode."""
@@ -121,13 +128,31 @@ class Scheduler:
             self._start = (self._start + processed) % n
         return found
 
-    def evaluation(self, node: SimNode, pod: TracePod) -> Evaluation:
+    def evaluations(self, nodes: Sequence[SimNode], pod: TracePod) -> dict[str, Evaluation]:
+        """Step 2's evaluations by node name. Those not cached are scored in one batch
+        when the policy has a vectorised score and the demand is plain; a batch
+        evaluation holds no chosen GPUs (``landed`` evaluates the node taken)."""
         d = pod.demand
-        key = (node.name, node.version, d.key, d.capacity)
-        ev = self._cache.get(key)
-        if ev is None:
-            ev = self._cache[key] = evaluate(node.view(), d, self.policy, self.ctx)
-        return ev
+        keys = [(n.name, n.version, d.key, d.capacity) for n in nodes]
+        todo = [(n, k) for n, k in zip(nodes, keys, strict=True) if k not in self._cache]
+        if todo and (d.mig_profile or not hasattr(self.policy, "score_batch")):
+            for n, k in todo:
+                self._cache[k] = evaluate(n.view(), d, self.policy, self.ctx)
+        elif todo:
+            batch = GpuBatch.from_views([n.view() for n, _ in todo], self.ctx.limits)
+            fits, raw = evaluate_batch(batch, d, cast(Policy, self.policy), self.ctx)
+            for (_, k), ok, r in zip(todo, fits.tolist(), raw.tolist(), strict=True):
+                self._cache[k] = Evaluation(ok, raw=r)
+        return {n.name: self._cache[k] for n, k in zip(nodes, keys, strict=True)}
+
+    def landed(self, node: SimNode, pod: TracePod, ev: Evaluation) -> Evaluation:
+        """The evaluation of the node the pod lands on, with its chosen GPUs (placed
+        here when the batch scored it: ``evaluate``'s place step alone)."""
+        if ev.chosen:
+            return ev
+        view, d = node.view(), pod.demand
+        chosen = self.policy.place(view, d, fitting_gpus(view, d, self.ctx.limits), self.ctx)
+        return Evaluation(True, chosen=chosen, raw=ev.raw)
 
     def passing(self, evals: Mapping[str, Evaluation]) -> list[str]:
         """Step 2: the extender filter's passing set, in candidate order."""
@@ -157,9 +182,9 @@ class Scheduler:
 
     def schedule(self, pod: TracePod) -> tuple[SimNode, Evaluation] | None:
         """The node the pod lands on and the extender's evaluation there, or None."""
-        evals = {node.name: self.evaluation(node, pod) for node in self.candidates(pod)}
+        evals = self.evaluations(self.candidates(pod), pod)
         names = self.passing(evals)
         if not names:
             return None
-        name = self.pick(pod, evals, names)
-        return self.by_name[name], evals[name]
+        node = self.by_name[self.pick(pod, evals, names)]
+        return node, self.landed(node, pod, evals[node.name])

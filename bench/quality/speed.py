@@ -14,7 +14,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from extender.pricing import load_pricebook
-from extender.scoring import Context, Limits, Policy, Weights, evaluate, policy_by_name, priorities
+from extender.scoring import (
+    Context,
+    Limits,
+    NodePolicy,
+    Weights,
+    evaluate,
+    policy_by_name,
+    priorities,
+)
 from extender.scoring.narrowing import narrow
 
 from .cluster import SimNode, make_cluster, model_memory
@@ -26,7 +34,7 @@ from .trace import TracePod, make_trace, trace_mix
 def decision_times(
     nodes: Sequence[SimNode],
     pods: Sequence[TracePod],
-    policy: Policy,
+    policy: NodePolicy,
     ctx: Context,
     weights: Weights,
 ) -> list[float]:

@@ -3,7 +3,7 @@
 from extender.scoring.framework import Evaluation, Weights, evaluate, priorities
 from extender.scoring.model import GpuView, Limits, NodeView
 from extender.scoring.policies import POLICIES, policy_by_name
-from extender.scoring.policy import Context, Policy
+from extender.scoring.policy import Context, NodePolicy, Policy
 
 __all__ = [
     "POLICIES",
@@ -11,6 +11,7 @@ __all__ = [
     "Evaluation",
     "GpuView",
     "Limits",
+    "NodePolicy",
     "NodeView",
     "Policy",
     "Weights",

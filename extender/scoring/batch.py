@@ -20,8 +20,7 @@ from typing import TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from extender.scoring.model import Limits, NodeView
-from extender.state.demand import GpuDemand
+from extender.scoring.model import GpuDemand, Limits, NodeView
 
 Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]

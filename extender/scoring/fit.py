@@ -6,8 +6,7 @@ Whole-GPU demands need idle GPUs; memory demands need headroom >= the ask on eac
 
 from __future__ import annotations
 
-from extender.scoring.model import GpuView, Limits, NodeView
-from extender.state.demand import GpuDemand
+from extender.scoring.model import GpuDemand, GpuView, Limits, NodeView
 
 
 def unit_mib(gpu: GpuView, demand: GpuDemand, limits: Limits) -> int:

@@ -1,17 +1,23 @@
-"""FGD's fragmentation measure over a ``GpuBatch``: every node and every trial at once.
+"""FGD's fragmentation measure F: the one definition, and FGD's greedy placement by it.
 
-The same definitions as ``policies/fgd.py`` (whose per-node code is the reference):
-    F(n)   = sum_m p_m * F_m(n),  F_m(n) = free memory on GPUs that cannot host one unit
-             of m if at least ``count_m`` can, else all free memory (MIG shapes: 0)
+For the expected workload M (``Context.mix``: shapes m = (count, memory or None for a
+whole GPU, MIG profile) with shares p_m), over a node's plain GPUs, each (free >= 0, idle):
+    F(n)   = sum_m p_m * F_m(n)   (added in mix order)
+    F_m(n) = free memory on GPUs that cannot host one unit of m, if at least ``count_m``
+             can; else all free memory. A GPU hosts m if free >= mem_m, or, for a whole
+             GPU (mem None), if it is idle. MIG shapes: 0 (fixed partitions).
     place  = per unit, the holding GPU whose trial placement gives the least F
-State is (free >= 0, idle) per slot, absent slots (0, False). Sums are whole MiB (held
-in float64, exact) and the shares are applied in mix order, so each F equals the
-per-node value exactly.
+Sums are whole MiB (held in float64, exact) and the shares are applied in mix order, so
+F is the same number however the node is walked. ``tests/fragmentation_reference.py``
+writes the same definitions in plain Python, one node at a time: the oracle this module
+is tested against. The policies ``fgd`` and ``headroom`` call this module for a batch
+(``greedy_scores``) and for one node (``greedy_place``, ``fragmentation_delta``);
+``fragmentation_of`` reports F (the quality bench, the simulator).
 
 Vectorised over the nodes and the mix: each step below is a NumPy operation on
 [shape, slot, node], [shape, node] or [node] arrays, looping in Python only over slots
-and units (a handful each) and, to add the shares in the reference's order, shapes.
-The number of NumPy calls, not their size, is what a pass costs at 5,000 nodes.
+and units (a handful each) and, to add the shares in mix order, shapes. The number of
+NumPy calls, not their size, is what a pass costs at 5,000 nodes.
 """
 
 from __future__ import annotations
@@ -32,9 +38,8 @@ from extender.scoring.batch import (
     chosen_fill_at,
     node_fill_at,
 )
-from extender.scoring.model import Limits
+from extender.scoring.model import CapacityPref, GpuDemand, GpuView, Limits, NodeView
 from extender.scoring.policy import Shape
-from extender.state.demand import CapacityPref, GpuDemand
 
 Mix = Sequence[tuple[Shape, float]]
 
@@ -95,6 +100,57 @@ def greedy_scores(
         )
     raw[fits] = -((after - before) / 1024) + tie * fill
     return fits, raw
+
+
+def fragmentation_of(b: GpuBatch, lim: Limits, mix: Mix) -> Floats:
+    """F per node of ``b`` (MiB, as float64)."""
+    counts, mems, shares = _plain(tuple(mix))
+    st = _state(b, np.arange(len(b), dtype=np.int64), lim, WHOLE)
+    return _value(st.free.sum(axis=0), _terms(st, mems, counts), counts, shares)
+
+
+def greedy_place(
+    node: NodeView,
+    demand: GpuDemand,
+    fitting: Sequence[GpuView],
+    lim: Limits,
+    mix: Mix,
+    tie_by_free: bool,
+) -> tuple[GpuView, ...]:
+    """``greedy_scores``' placement on one node, for a plain demand: ``demand.count`` of
+    the ``fitting`` GPUs (at least that many), one unit after another, each on the GPU
+    whose trial placement gives the least F (ties as ``greedy_scores``)."""
+    st, plain = _one(node, lim, ask_of(demand))
+    slot = {g.uuid: k for k, g in enumerate(plain)}
+    st.cand[:] = False
+    for g in fitting:
+        st.cand[slot[g.uuid], 0] = True
+    counts, mems, shares = _plain(tuple(mix))
+    slots = _place(st, int(demand.count), counts, mems, shares, tie_by_free)[2]
+    return tuple(plain[k] for k in slots[:, 0].tolist())
+
+
+def fragmentation_delta(
+    node: NodeView, demand: GpuDemand, chosen: Sequence[GpuView], lim: Limits, mix: Mix
+) -> float:
+    """F after one unit of a plain demand sits on each ``chosen`` GPU - F before (MiB)."""
+    st, plain = _one(node, lim, ask_of(demand))
+    slot = {g.uuid: k for k, g in enumerate(plain)}
+    counts, mems, shares = _plain(tuple(mix))
+    before = _value(st.free.sum(axis=0), _terms(st, mems, counts), counts, shares)
+    for g in chosen:
+        k = slot[g.uuid]
+        st.free[k, 0] = max(st.free[k, 0] - st.unit[k, 0], 0)
+        st.idle[k, 0] = False
+    after = _value(st.free.sum(axis=0), _terms(st, mems, counts), counts, shares)
+    return float(after[0] - before[0])
+
+
+def _one(node: NodeView, lim: Limits, ask: int) -> tuple[_State, list[GpuView]]:
+    """One node's state ([slot, 1]) and its plain GPUs in slot (index) order."""
+    b = GpuBatch.from_views([node], lim)
+    plain = sorted((g for g in node.gpus if not g.mig_profile), key=lambda g: g.index)
+    return _state(b, np.zeros(1, np.int64), lim, ask), plain
 
 
 class _State(NamedTuple):
@@ -184,8 +240,8 @@ def _terms(st: _State, mems: Floats, counts: Ints) -> _Terms:
 
 
 def _in_mix_order(terms: Floats, shares: Floats) -> Floats:
-    """sum_m p_m x terms[m] per node, added shape by shape in mix order (as the per-node
-    reference adds them), so that each F is bit-exact."""
+    """sum_m p_m x terms[m] per node, added shape by shape in mix order (F's definition),
+    so that each F is the same number on every path, bit for bit."""
     weighted = shares[:, None] * terms
     acc = np.zeros(terms.shape[1])
     for row in weighted:

@@ -18,10 +18,8 @@ import numpy.typing as npt
 from extender.scoring.batch import GpuBatch, Ints
 from extender.scoring.cost import Floats, cost_of
 from extender.scoring.fit import fitting_gpus, shortfall_reason
-from extender.scoring.model import GpuView, NodeView
-from extender.scoring.policy import Context, Policy, RowEvaluator
-from extender.state.demand import CapacityPref, GpuDemand
-from extender.wire.protocol import MAX_PRIORITY
+from extender.scoring.model import MAX_PRIORITY, CapacityPref, GpuDemand, GpuView, NodeView
+from extender.scoring.policy import Context, NodePolicy, Policy, RowEvaluator
 
 SPOT = "spot"
 Bools = npt.NDArray[np.bool_]
@@ -52,7 +50,7 @@ def capacity_reason(node: NodeView, demand: GpuDemand) -> str:
     return ""
 
 
-def evaluate(node: NodeView, demand: GpuDemand, policy: Policy, ctx: Context) -> Evaluation:
+def evaluate(node: NodeView, demand: GpuDemand, policy: NodePolicy, ctx: Context) -> Evaluation:
     rule = capacity_reason(node, demand)
     if rule:
         return Evaluation(False, rule, unresolvable=True)

@@ -1,4 +1,4 @@
-"""Plain data that scoring and placement work on: snapshots, no I/O, no locks.
+"""Plain data that scoring and placement work on: snapshots and demands, no I/O, no locks.
 
 The views are rebuilt on every report and there are one per node and GPU: frozen
 msgspec structs outside the cyclic garbage collector (``gc=False``; they hold only
@@ -9,8 +9,13 @@ of a 5,000-node inventory from pausing the scheduling path (docs/BENCHMARKS.md).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 import msgspec
+
+# The top of the extender protocol's priority range (``extender.wire.protocol.MAX_PRIORITY``,
+# which a test holds equal): scoring answers 0..MAX_PRIORITY without importing the wire.
+MAX_PRIORITY = 10
 
 
 class GpuView(msgspec.Struct, frozen=True, gc=False):
@@ -51,6 +56,33 @@ class NodeView(msgspec.Struct, frozen=True, gc=False):
     @property
     def committed_mib(self) -> int:
         return sum(min(g.committed_mib, g.total_mib) for g in self.gpus)
+
+
+class CapacityPref(StrEnum):
+    ANY = "any"
+    SPOT = "spot"
+    ON_DEMAND = "on-demand"
+
+
+@dataclass(frozen=True, slots=True)
+class GpuDemand:
+    """GPUs one pod needs. ``memory_mib is None`` means each GPU whole (exclusive).
+    ``extender.state.demand.demand_of`` reads it from a pod."""
+
+    count: int
+    memory_mib: int | None = None
+    mig_profile: str = ""
+    capacity: CapacityPref = CapacityPref.ANY
+    dra_claims: tuple[str, ...] = ()
+
+    @property
+    def wants_gpu(self) -> bool:
+        return self.count > 0 or bool(self.dra_claims)
+
+    @property
+    def key(self) -> tuple[int, int | None, str]:
+        """The shape that scoring depends on (cache key, workload-mix bucket)."""
+        return (self.count, self.memory_mib, self.mig_profile)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,8 +12,7 @@ from typing import Protocol
 
 from extender.scoring.batch import Bools, Floats, GpuBatch, Ints
 from extender.scoring.fit import unit_mib
-from extender.scoring.model import GpuView, Limits, NodeView
-from extender.state.demand import GpuDemand
+from extender.scoring.model import GpuDemand, GpuView, Limits, NodeView
 
 # A workload shape (count, memory MiB per GPU or None for whole, MIG profile) and its share.
 Shape = tuple[int, int | None, str]
@@ -26,7 +25,10 @@ class Context:
     mix: tuple[tuple[Shape, float], ...] = ((((1, None, "")), 1.0),)
 
 
-class Policy(Protocol):
+class NodePolicy(Protocol):
+    """What ``framework.evaluate`` needs of a policy: a choice and a score on one node
+    (the quality bench's baselines stop here)."""
+
     name: str
 
     def place(
@@ -41,10 +43,14 @@ class Policy(Protocol):
         """Raw preference for this node given the choice; higher is better, any scale."""
         ...
 
+
+class Policy(NodePolicy, Protocol):
+    """A policy the extender runs: ``NodePolicy`` and its vectorised score."""
+
     def score_batch(self, batch: GpuBatch, demand: GpuDemand, hold: Bools, ctx: Context) -> Floats:
         """``score(place(...))`` for every row of a batch of nodes that fit a plain
         (non-MIG) demand; ``hold`` marks the slots that can hold one unit. Must equal
-        the per-node methods exactly: the per-node code is the reference."""
+        the per-node methods exactly (``tests/test_batch_scoring.py``)."""
         ...
 
 

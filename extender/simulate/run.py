@@ -21,7 +21,8 @@ from extender.core.table import align
 from extender.ledger import chargeback_report
 from extender.pricing import load_pricebook
 from extender.scheduling.binder import InProcessBinder
-from extender.scoring.policies.fgd import fragmentation, node_state
+from extender.scoring.batch import GpuBatch
+from extender.scoring.fragmentation import fragmentation_of
 from extender.settings import Settings
 from extender.simulate.cluster import SimNode, make_cluster
 from extender.simulate.scheduler import SchedulerDriver
@@ -173,11 +174,10 @@ class _Run:
         svc = self.built.service
         views = [v for n in self.nodes if (v := svc.inventory.view(n))]
         total = sum(v.total_mib for v in views)
-        frag = free = 0.0
-        for v in views:
-            state, _ = node_state(v, svc.config.limits)
-            frag += fragmentation(state, svc.mix.mix)
-            free += sum(f for f, _ in state)
+        lim = svc.config.limits
+        batch = GpuBatch.from_views(views, lim)
+        frag = sum(fragmentation_of(batch, lim, svc.mix.mix).tolist(), 0.0)
+        free = float((batch.free(lim).clip(min=0) * batch.present).sum())  # plain GPUs'
         in_use = sum(
             float(p.per_hour)
             for n, c in self.pods_on.items()

@@ -10,10 +10,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from enum import StrEnum
-
 from extender.core.quantity import quantity_to_int, quantity_to_mib, shown
+
+# the demand types are scoring's plain data; importers may take them from here too
+from extender.scoring.model import CapacityPref, GpuDemand
 from extender.wire.annotations import ANN_CAPACITY, ANN_MEMORY
 from extender.wire.protocol import Container, Pod
 
@@ -21,33 +21,6 @@ GPU_RESOURCE = "nvidia.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"
 ANN_DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 MAX_GPUS_PER_POD = 64
-
-
-class CapacityPref(StrEnum):
-    ANY = "any"
-    SPOT = "spot"
-    ON_DEMAND = "on-demand"
-
-
-@dataclass(frozen=True, slots=True)
-class GpuDemand:
-    """GPUs one pod needs. ``memory_mib is None`` means each GPU whole (exclusive)."""
-
-    count: int
-    memory_mib: int | None = None
-    mig_profile: str = ""
-    capacity: CapacityPref = CapacityPref.ANY
-    dra_claims: tuple[str, ...] = ()
-
-    @property
-    def wants_gpu(self) -> bool:
-        return self.count > 0 or bool(self.dra_claims)
-
-    @property
-    def key(self) -> tuple[int, int | None, str]:
-        """The shape that scoring depends on (cache key, workload-mix bucket)."""
-        return (self.count, self.memory_mib, self.mig_profile)
-
 
 NO_GPU = GpuDemand(count=0)
 

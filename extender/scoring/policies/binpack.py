@@ -10,9 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from extender.scoring import batch as nb
-from extender.scoring.model import GpuView, NodeView
+from extender.scoring.model import GpuDemand, GpuView, NodeView
 from extender.scoring.policy import Context, best_fit, chosen_fill_after, node_fill_after
-from extender.state.demand import GpuDemand
 
 
 class Binpack:

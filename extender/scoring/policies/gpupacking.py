@@ -15,9 +15,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from extender.scoring import batch as nb
-from extender.scoring.model import GpuView, NodeView
+from extender.scoring.model import GpuDemand, GpuView, NodeView
 from extender.scoring.policy import Context, best_fit, chosen_fill_after
-from extender.state.demand import GpuDemand
 
 
 class GpuPacking:
