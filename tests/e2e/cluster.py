@@ -373,3 +373,44 @@ class Scheduler:
     def stop(self) -> None:
         if self.proc is not None:
             self.proc.stop()
+
+
+def ready_node_body(
+    name: str,
+    *,
+    gpus: int = 1,
+    capacity_type: str = "spot",
+    instance_type: str = "g5.xlarge",
+    extra_labels: dict[str, str] | None = None,
+    cpu: str = "4",
+    memory: str = "16Gi",
+) -> dict[str, Any]:
+    """A Ready Node object for a control plane without kubelets (its status is patched
+    in after create: nothing else would set it)."""
+    resources = {"cpu": cpu, "memory": memory, "pods": "110", "nvidia.com/gpu": str(gpus)}
+    return {
+        "metadata": {
+            "name": name,
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "karpenter.sh/capacity-type": capacity_type,
+                "node.kubernetes.io/instance-type": instance_type,
+                **(extra_labels or {}),
+            },
+        },
+        "spec": {},
+        "status": {
+            "capacity": resources,
+            "allocatable": resources,
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "message": "e2e node object (no kubelet)",
+                }
+            ],
+        },
+    }

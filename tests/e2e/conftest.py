@@ -28,7 +28,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.rest import ApiException
 
-from .cluster import ClusterError, ControlPlane, Scheduler, build_binaries
+from .cluster import ClusterError, ControlPlane, Scheduler, build_binaries, ready_node_body
 
 _PLANE_KEY = pytest.StashKey[ControlPlane]()
 _SCHEDULER_IDS = itertools.count()  # one config + log file per scheduler in the session
@@ -143,43 +143,6 @@ def namespace(k8s_client: k8s.ApiClient) -> Iterator[str]:
     # Stays Terminating (no namespace controller); harmless in a throwaway cluster.
     with contextlib.suppress(ApiException):
         core.delete_namespace(name)
-
-
-def ready_node_body(
-    name: str,
-    *,
-    gpus: int = 1,
-    capacity_type: str = "spot",
-    instance_type: str = "g5.xlarge",
-    extra_labels: dict[str, str] | None = None,
-) -> dict[str, Any]:
-    resources = {"cpu": "4", "memory": "16Gi", "pods": "110", "nvidia.com/gpu": str(gpus)}
-    return {
-        "metadata": {
-            "name": name,
-            "labels": {
-                "kubernetes.io/hostname": name,
-                "kubernetes.io/os": "linux",
-                "kubernetes.io/arch": "amd64",
-                "karpenter.sh/capacity-type": capacity_type,
-                "node.kubernetes.io/instance-type": instance_type,
-                **(extra_labels or {}),
-            },
-        },
-        "spec": {},
-        "status": {
-            "capacity": resources,
-            "allocatable": resources,
-            "conditions": [
-                {
-                    "type": "Ready",
-                    "status": "True",
-                    "reason": "KubeletReady",
-                    "message": "e2e node object (no kubelet)",
-                }
-            ],
-        },
-    }
 
 
 @pytest.fixture
