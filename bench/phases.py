@@ -29,12 +29,14 @@ import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import extender.scheduling.cycle
 import extender.scheduling.plans
 from bench.latency import LABELS, pod
 from drivers.agent.loop import build_report
 from drivers.gpu.simulated import SimulatedDriver
-from extender.codec.namelists import ArgsDecoder, NameList
-from extender.http.runtime import tune_runtime
+from extender.codec import Codec
+from extender.codec.namelists import NameList
+from extender.core.runtime import tune_runtime
 from extender.scheduling.service import SchedulingService
 from extender.settings import Settings
 from extender.wire.clock import SystemClock
@@ -98,18 +100,16 @@ def run(shape: str, nodes: int, pods: int) -> tuple[list[float], list[float], Ti
         service = built.service
         cluster = Cluster(service, nodes)
         tune_runtime()
-        decoder = ArgsDecoder(nodes=service.node_objects, index=service.names)
+        codec = Codec(service.node_changed)
         times: Times = defaultdict(list)
         for owner, name, label in [
-            (decoder, "decode", "decode body"),
-            (service, "_remember", "read demand"),
-            (service, "_plan", "plan"),
+            (codec, "decode_args", "decode body"),
+            (service.asks, "remember", "read demand"),
+            (service.cycle, "_plan", "plan"),
             (extender.scheduling.plans, "_patch", "patch"),
-            (extender.scheduling.plans, "_subset", "take from parent"),
-            (service, "_evaluate_names", "evaluate"),
-            (service, "_filter_outcome", "filter answer"),
-            (service, "_reordered_filter", "reordered filter"),
-            (service, "_reordered_priorities", "reordered scores"),
+            (service.evaluator, "names", "evaluate"),
+            (extender.scheduling.cycle, "filter_reply", "filter answer"),
+            (extender.scheduling.cycle, "passing_priorities", "passing scores"),
         ]:
             timed(owner, name, label, times)
         rng = random.Random(7)
@@ -135,15 +135,15 @@ def run(shape: str, nodes: int, pods: int) -> tuple[list[float], list[float], Ti
             order = rng.sample(cluster.names, nodes) if shape == "shuffled" else cluster.names
             first = body(i, order)
             t = time.perf_counter()
-            result, _ = service.filter(decoder.decode(first))
+            result, _ = service.filter(codec.decode_args(first))
             filtered = time.perf_counter() - t
             passing: list[str] | bytes = list(result.NodeNames or [])
             if isinstance(result.NodeNames, NameList):  # as the server does (untimed here)
-                decoder.expect(result.NodeNames)
+                codec.encode_filter(result, None)
                 passing = result.NodeNames.json()  # the reply's bytes, echoed
             second = body(i, passing)
             t = time.perf_counter()
-            service.prioritize(decoder.decode(second))
+            service.prioritize(codec.decode_args(second))
             prioritized = time.perf_counter() - t
             if i == 0:  # the first pod builds the plan every shape starts from
                 for v in times.values():

@@ -24,13 +24,18 @@ import uvicorn
 from fastapi import Request
 from fastapi.responses import Response
 
-import extender.http.app
+import extender.scheduling.asks
+import extender.scheduling.evaluate
 import extender.scheduling.plans
-import extender.scheduling.service
+import extender.scheduling.replies
 import extender.scoring.fragmentation
+from extender.codec.codec import Codec
 from extender.codec.namebytes import NameIndex
 from extender.codec.namelists import ArgsDecoder, NameList
-from extender.http.runtime import tune_runtime
+from extender.core.runtime import tune_runtime
+from extender.scheduling.asks import Asks
+from extender.scheduling.cycle import Cycle
+from extender.scheduling.evaluate import Evaluator
 from extender.scheduling.plans import Plans
 from extender.scheduling.service import SchedulingService
 from extender.settings import Settings
@@ -39,45 +44,40 @@ from extender.wire.logs import setup_logging
 from extender.wiring import build
 
 SECTIONS: list[tuple[Any, str]] = [
+    # the codec: the body into arguments, the answer into bytes
+    (Codec, "decode_args"),
     (ArgsDecoder, "decode"),
     (ArgsDecoder, "pod"),
     (ArgsDecoder, "names"),
     (NameIndex, "read_ids"),
     (NameIndex, "fingerprint"),
-    (NameIndex, "_scratch"),
     (ArgsDecoder, "expect"),
+    (NameList, "json"),
+    (Codec, "encode_filter"),
+    (Codec, "encode_priorities"),
+    # the service
     (SchedulingService, "filter"),
     (SchedulingService, "prioritize"),
-    (SchedulingService, "_remember"),
-    (SchedulingService, "_plan"),
-    (SchedulingService, "_reordered_filter"),
-    (SchedulingService, "_reordered_priorities"),
-    (SchedulingService, "_reorder_source"),
-    (Plans, "kept"),
+    (Asks, "remember"),
+    (Cycle, "_plan"),
+    (Cycle, "_passed_by"),
     (Plans, "parent"),
-    (NameList, "json"),
-    (extender.http.app, "encode_filter_result"),
     # a plan brought up to date after a round of reports (churn), and the filter's answer
     (extender.scheduling.plans, "_patch"),
     (extender.scheduling.plans, "_merge"),
-    (extender.scheduling.plans, "_subset"),
-    (SchedulingService, "_changed"),
-    (SchedulingService, "_evaluate_names"),
+    (Cycle, "_changed"),
+    (Evaluator, "names"),
     (NodeColumns, "read"),
-    (extender.scheduling.service, "evaluate_rows"),
+    (extender.scheduling.evaluate, "evaluate_rows"),
     (extender.scoring.fragmentation, "_greedy_one"),
-    (SchedulingService, "_filter_outcome"),
-    (extender.scheduling.service, "narrowed"),
-    (extender.scheduling.service, "priority_array"),
-    (extender.scheduling.service, "demand_of"),
-    (extender.scheduling.service, "pod_ref"),
+    (extender.scheduling.replies, "filter_reply"),
+    (extender.scheduling.replies, "narrowed"),
+    (extender.scheduling.replies, "priority_array"),
+    (extender.scheduling.asks, "demand_of"),
+    (extender.scheduling.asks, "pod_ref"),
     # a pod of a new shape: a plan evaluated afresh, its answers made once
     (Plans, "_evaluated"),
-    (SchedulingService, "_evaluated_outcome"),
-    (extender.scheduling.service, "passing_list"),
-    (SchedulingService, "_passing_reply"),
-    (extender.scheduling.service, "scores_json"),
-    (extender.scheduling.service, "same_ids"),
+    (extender.scheduling.replies, "passing_priorities"),
     # after an agent report: its handling, and the plans brought up to date after it
     (SchedulingService, "report"),
     (SchedulingService, "refresh"),

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import uvicorn
 from fastapi import FastAPI
 
+from extender.core.runtime import tune_runtime
 from extender.http.app import create_app
 from extender.http.auth import Authenticator, TokenFile
 from extender.http.connections import (
@@ -23,7 +24,6 @@ from extender.http.connections import (
     quiet_accept_errors,
     raise_file_limit,
 )
-from extender.http.runtime import tune_runtime
 from extender.http.tokenreview import TokenReviewer
 from extender.http.webhook import WebhookPolicy
 from extender.kube.binder import KubeBinder

@@ -63,20 +63,6 @@ def test_merge_is_the_loop_it_replaced(data: st.DataObject, n: int) -> None:
         np.testing.assert_array_equal(a, b)
 
 
-def test_take_by_ids_refuses_a_position_listed_twice_or_missing() -> None:
-    where = np.array([2, 0, -1, 1], np.int64)
-    fits, raw = np.array([True, False, True]), np.array([0.5, 0.0, 1.5])
-    price, rows, down = np.array([1.0, np.nan, 2.0]), np.array([7, 8, 9]), np.array([1])
-    ok, back, f, _, _, w, d = plans._take_by_ids(
-        where, np.array([1, 3, 0]), fits, raw, price, rows, down
-    )
-    assert ok and back.tolist() == [0, 1, 2] and f.tolist() == [True, False, True]
-    assert w.tolist() == [7, 8, 9] and d.tolist() == [1]
-    assert not plans._take_by_ids(where, np.array([1, 1]), fits, raw, price, rows, down)[0]
-    assert not plans._take_by_ids(where, np.array([2]), fits, raw, price, rows, down)[0]
-    assert not plans._take_by_ids(where, np.array([9]), fits, raw, price, rows, down)[0]
-
-
 def value_end_reference(buf: bytes, p: int) -> int:
     if p >= len(buf) or buf[p] not in b"{[":
         return -1

@@ -6,18 +6,97 @@ is left to its next filter."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import msgspec
 import pytest
 
+from drivers.agent.loop import build_report
+from drivers.gpu.simulated import SimulatedDriver
+from extender.ledger import open_ledger
+from extender.pricing import load_pricebook
+from extender.scheduling.binder import InProcessBinder
 from extender.scheduling.hotshapes import HotShapes
-from extender.scheduling.service import SchedulingService
+from extender.scheduling.plans import Plans
+from extender.scheduling.service import SchedulingService, ServiceConfig
+from extender.scoring import policy_by_name
 from extender.state.demand import GpuDemand
+from extender.state.inventory import Inventory
 from extender.wire.clock import ManualClock
+from extender.wire.protocol import ExtenderArgs
 from tests.support import gpu_pod, running_extender
-from tests.test_reorder import NODES, Asker, report_used, service_of
+from tests.wire_client import WireClient
+
+NODES = [f"node-{i:02d}" for i in range(40)]
+
+
+def service_of(tmp_path: Path, nodes: Sequence[str]) -> Iterator[SchedulingService]:
+    """Nodes reporting in this order, some too full for the 16Gi pods below (failure
+    reasons), prices apart; its ledger writer closed after the test."""
+    clock = ManualClock()
+    svc = SchedulingService(
+        Inventory(load_pricebook()),
+        open_ledger(str(tmp_path / "l.db"), clock),
+        InProcessBinder(),
+        policy_by_name("headroom"),
+        clock,
+        ServiceConfig(stale_after=3600, narrow_epsilon=0.05),
+    )
+    for name in nodes:
+        report_used(svc, name, 1024 * (int(name.split("-")[1]) % 12))
+    yield svc
+    svc.writer.close()
+
+
+def report_used(svc: SchedulingService, name: str, mib: int) -> None:
+    """The node ``node-<i>`` reports its one A10G with ``mib`` in use (its labels and GPU
+    follow from i)."""
+    i = int(name.split("-")[1])
+    d = SimulatedDriver("1xA10G:24Gi", seed=i, node=name, clock=svc.clock)
+    d.start_process("hog", d.gpu_uuids[0], mib)
+    labels = {
+        "node.kubernetes.io/instance-type": ("g5.xlarge", "g5.2xlarge")[i % 2],
+        "karpenter.sh/capacity-type": ("spot", "on-demand")[i % 3 == 0],
+    }
+    svc.report(build_report(d, name, d.attribute, svc.clock, labels=labels))
+
+
+def pod(uid: str, memory: str = "16Gi") -> dict:
+    return {
+        "metadata": {
+            "name": uid,
+            "namespace": "t",
+            "uid": uid,
+            "annotations": {"headroom.dev/gpu-memory": memory},
+        },
+        "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+    }
+
+
+class Asker:
+    """filter and prioritize as the server calls them (``WireClient``), every pod of
+    the shape ``memory`` asks for."""
+
+    def __init__(self, svc: SchedulingService) -> None:
+        self.svc, self.wire, self.memory = svc, WireClient(svc), "16Gi"
+
+    def args(self, uid: str, names: Sequence[str]) -> ExtenderArgs:
+        return self.wire.args(pod(uid, self.memory), names)
+
+    def filter(self, uid: str, names: Sequence[str]) -> tuple[dict, Sequence[str]]:
+        return self.wire.filter(self.args(uid, names))
+
+    def prioritize(self, uid: str, names: Sequence[str]) -> list:
+        return self.wire.prioritize(self.args(uid, names))
+
+    def fresh(self, verb: str, uid: str, names: Sequence[str]) -> object:
+        """The same ask with no plan kept (every node evaluated afresh), the plans kept
+        before back after it."""
+        kept, self.svc.cycle.plans = self.svc.cycle.plans, Plans()
+        answer = getattr(self, verb)(uid, names)
+        self.svc.cycle.plans = kept
+        return answer[0] if verb == "filter" else answer
 
 
 @pytest.fixture
@@ -27,14 +106,14 @@ def svc(tmp_path: Path) -> Iterator[SchedulingService]:
 
 def no_evaluation(monkeypatch: pytest.MonkeyPatch, svc: SchedulingService) -> None:
     monkeypatch.setattr(
-        svc, "_evaluate_names", lambda *a: pytest.fail("evaluated on the scheduling cycle")
+        svc.evaluator, "names", lambda *a: pytest.fail("evaluated on the scheduling cycle")
     )
 
 
 def test_the_next_pod_of_a_hot_shape_finds_its_answer_made(
     svc: SchedulingService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    ask = Asker(svc, monkeypatch)
+    ask = Asker(svc)
     _, passing = ask.filter("p0", NODES)
     gone = passing[0]
     report_used(svc, gone, 23 * 1024)  # a passing node is full now
@@ -53,7 +132,7 @@ def test_only_shapes_filtered_lately_are_refreshed(
 ) -> None:
     """At most ``refresh_shapes`` of them, the latest first, and none filtered longer than
     ``refresh_window`` ago: those are patched by their next filter, as before."""
-    ask = Asker(svc, monkeypatch)
+    ask = Asker(svc)
     for memory in ("16Gi", "8Gi", "4Gi"):  # three shapes, two kept hot
         ask.memory = memory
         ask.filter(memory, NODES)

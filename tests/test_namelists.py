@@ -11,17 +11,9 @@ import msgspec
 import numpy as np
 import pytest
 
+from extender.codec import Codec
 from extender.codec.namebytes import NameIndex
-from extender.codec.namelists import (
-    ArgsDecoder,
-    NameList,
-    name_ids,
-    names_key,
-    passing_list,
-    picked,
-    same_ids,
-    same_names,
-)
+from extender.codec.namelists import ArgsDecoder, NameList, name_ids, names_key, same_names
 from extender.ledger import open_ledger
 from extender.pricing import load_pricebook
 from extender.scheduling.binder import InProcessBinder
@@ -29,7 +21,8 @@ from extender.scheduling.service import SchedulingService
 from extender.scoring import policy_by_name
 from extender.state.inventory import Inventory
 from extender.wire.clock import ManualClock
-from extender.wire.protocol import ExtenderFilterResult, args_decoder, encoder
+from extender.wire.names import picked
+from extender.wire.protocol import ExtenderArgs, ExtenderFilterResult, args_decoder, encoder
 
 
 def body(names: object, pod: object | None = None) -> bytes:
@@ -131,9 +124,9 @@ def test_a_new_pod_object_is_read_anew(tmp_path: Path) -> None:
         policy_by_name("binpack"),
         clock,
     )
-    dec = ArgsDecoder(index=svc.names)
+    codec = Codec(svc.node_changed)
 
-    def ask(memory: str) -> object:
+    def ask(memory: str) -> ExtenderArgs:
         pod = {
             "metadata": {
                 "name": "p",
@@ -145,11 +138,11 @@ def test_a_new_pod_object_is_read_anew(tmp_path: Path) -> None:
                 "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
             },
         }
-        return dec.decode(body(["n"], pod=pod))
+        return codec.decode_args(body(["n"], pod=pod))
 
     for memory, mib in (("4Gi", 4096), ("4Gi", 4096), ("8Gi", 8192)):
-        svc.filter(ask(memory))  # type: ignore[arg-type]
-        seen = svc.pods.get("u")
+        svc.filter(ask(memory))
+        seen = svc.asks.seen("u")
         assert seen is not None and seen.demand.memory_mib == mib
 
 
@@ -178,25 +171,6 @@ def test_a_list_read_by_id_gives_its_names_however_it_is_used() -> None:
     ids = name_ids(index, d)
     assert ids is not None and ids.tolist() == [50 - (i + 1) % 50 for i in range(50)]
     assert d[0] == "node-1" and d[49] == "node-0" and list(d) == names[1:] + names[:1]
-
-
-def test_a_passing_list_of_the_same_nodes_is_the_list_made_before() -> None:
-    """Pods of new shapes often pass the very nodes another passed: the list made then
-    (its reply bytes with it) is the answer, told by ids; any other nodes, another order,
-    or a list read in another index give a list of their own, with the right names."""
-    index = NameIndex()
-    names = [f"node-{i}" for i in range(40)]
-    a = ArgsDecoder(index=index).decode(body(names)).NodeNames
-    assert isinstance(a, NameList)
-    first = passing_list(a, np.array([3, 7, 9]))
-    assert passing_list(a, np.array([3, 7, 9]), first) is first
-    for positions in ([3, 7], [3, 7, 10], [7, 3, 9]):
-        other = passing_list(a, np.array(positions), first)
-        assert other is not first and list(other) == [names[i] for i in positions]
-    elsewhere = ArgsDecoder(index=NameIndex()).decode(body(names)).NodeNames
-    assert passing_list(elsewhere, np.array([3, 7, 9]), first) is not first
-    assert same_ids(first, passing_list(a, np.array([3, 7, 9])))
-    assert not same_ids(first, passing_list(a, np.array([3, 9, 7])))
 
 
 def go_body(pod: object, names: object) -> bytes:

@@ -6,13 +6,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-import msgspec
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from drivers.agent.loop import build_report
 from drivers.gpu.simulated import SimulatedDriver
-from extender.codec.namelists import ArgsDecoder, NameList
 from extender.ledger import open_ledger
 from extender.pricing import load_pricebook
 from extender.scheduling.binder import InProcessBinder
@@ -22,7 +20,8 @@ from extender.scoring import policy_by_name
 from extender.state.inventory import Inventory
 from extender.state.nodefacts import facts_from_labels
 from extender.wire.clock import ManualClock
-from extender.wire.protocol import ExtenderBindingArgs, encoder
+from extender.wire.protocol import ExtenderArgs, ExtenderBindingArgs
+from tests.wire_client import WireClient
 
 NODES = [f"n{i}" for i in range(6)]
 SHAPES = ["4Gi", "12Gi", None]
@@ -47,22 +46,23 @@ def pod(uid: str, memory: str | None) -> dict:
     }
 
 
-def replies(svc: SchedulingService, shape: str | None, fresh: bool = False) -> list[object]:
+def replies(
+    svc: SchedulingService, shape: str | None, fresh: bool = False, client: WireClient | None = None
+) -> list[object]:
     """filter, then prioritize with the nodes filter passed (as kube-scheduler does),
     with every node, and with some of them; ``fresh``: each from an empty plan cache.
     As kube-scheduler reads them: lists in order, failure reasons as maps (a reordered
     list's reasons come in its plan's order)."""
 
-    decoder = ArgsDecoder(index=svc.names)
+    wire = client or WireClient(svc)
 
-    def ask(names: Sequence[str]) -> object:  # as the server decodes: lists interned
-        return decoder.decode(
-            msgspec.json.encode({"Pod": pod(f"q-{shape}", shape), "NodeNames": list(names)})
-        )
+    def ask(names: Sequence[str]) -> ExtenderArgs:  # as the server decodes: lists interned
+        return wire.args(pod(f"q-{shape}", shape), names)
 
-    out = []
+    out: list[object] = []
+    passing: Sequence[str] = []
     rotated = NODES[2:] + NODES[:2]  # kube-scheduler's lists are permutations too
-    steps = [
+    steps: list[tuple[str, Sequence[str]]] = [
         ("prioritize", NODES),
         ("filter", NODES),
         ("prioritize", NODES),
@@ -74,16 +74,13 @@ def replies(svc: SchedulingService, shape: str | None, fresh: bool = False) -> l
     ]
     for verb, names in steps:
         if fresh:
-            svc.plans = Plans(svc.names)
+            svc.cycle.plans = Plans()
         if verb == "filter":
-            result, _ = svc.filter(ask(names))  # type: ignore[arg-type]
-            out.append(msgspec.json.decode(encoder.encode(result)))
-            passing = result.NodeNames or []
-            if isinstance(passing, NameList):  # as the server does: it comes back next
-                decoder.expect(passing)
+            reply, passing = wire.filter(ask(names))
+            out.append(reply)
             continue
         names = passing if verb == "passing" else names
-        out.append(msgspec.json.decode(svc.prioritize(ask(names))))  # type: ignore[arg-type]
+        out.append(wire.prioritize(ask(names)))
     return out
 
 
@@ -138,9 +135,7 @@ def test_plans_match_a_fresh_evaluation(tmp_path: Path, ops: list[tuple]) -> Non
         elif kind == "bind":
             uid = f"p{c}"
             replies(svc, SHAPES[b])  # filter first, as kube-scheduler does
-            body = {"Pod": pod(uid, SHAPES[b]), "NodeNames": NODES}
-            args = ArgsDecoder(index=svc.names).decode(msgspec.json.encode(body))
-            svc.filter(args)
+            svc.filter(WireClient(svc).args(pod(uid, SHAPES[b]), NODES))
             if not svc.bind(ExtenderBindingArgs(uid, "t", uid, NODES[a])).Error:
                 bound.append(uid)
         elif kind == "release" and bound:
@@ -156,9 +151,9 @@ def test_plans_match_a_fresh_evaluation(tmp_path: Path, ops: list[tuple]) -> Non
             svc.inventory.remove_node(NODES[a])
         for shape in SHAPES:
             cached = replies(svc, shape)
-            kept = svc.plans
+            kept = svc.cycle.plans
             assert replies(svc, shape, fresh=True) == cached, (kind, a, b, c, shape)
-            svc.plans = kept
+            svc.cycle.plans = kept
     svc.writer.close()
     ledger.close()
 
@@ -168,7 +163,6 @@ def test_plans_are_kept_for_a_bounded_number_of_shapes() -> None:
     widest plan, a whole candidate list's arrays, is kept for the latest shapes only."""
     import numpy as np
 
-    from extender.codec.namebytes import NameIndex
     from extender.scheduling.plans import Outcome
 
     def evaluate(names: Sequence[str], rows: object) -> Outcome:
@@ -183,7 +177,7 @@ def test_plans_are_kept_for_a_bounded_number_of_shapes() -> None:
             0,
         )
 
-    plans = Plans(NameIndex(), capacity=4)
+    plans = Plans(capacity=4)
     names = [f"n{i}" for i in range(50)]
 
     def parent(shape: int) -> object:

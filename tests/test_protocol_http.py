@@ -8,9 +8,12 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from extender.core.allocation import Sharing, Status
+from extender.dra.state import DraState
+from extender.wire.protocol import Pod
 from tests.support import Extender, gpu_pod, real_node, running_extender
 
 FILTER_KEYS = {"NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}
@@ -172,3 +175,20 @@ def test_nodes_mode_sees_a_changed_node_object(ext: Extender) -> None:
     plain["metadata"]["resourceVersion"] = "1003"
     third = ext.post("filter", nodes_mode(pod, [plain])).json()
     assert third["Nodes"]["items"] == [plain]  # the taint went away again
+
+
+def test_bind_of_a_pod_filter_never_saw_reads_it_without_touching_the_mix(
+    ext: Extender,
+) -> None:
+    """After a restart kube-scheduler may bind a pod this replica never filtered: bind
+    looks it up and decides, and (running on a bind thread) leaves the pods seen and the
+    workload mix, which filter reads on the event loop, as they were."""
+    pod = msgspec.convert(gpu_pod("p-unseen", memory="6Gi"), Pod)
+    service = ext.built.service
+    service.watch_cluster(DraState(), lambda uid: pod if uid == pod.metadata.uid else None)
+    mix_before = service.mix.version
+    args = {"PodName": "p-unseen", "PodNamespace": "ml", "PodUID": pod.metadata.uid, "Node": "n-od"}
+    assert ext.post("bind", args).json() == {"Error": ""}
+    (row,) = service.ledger.for_pod(pod.metadata.uid)
+    assert row.grant.memory_mib == 6 * 1024
+    assert service.mix.version == mix_before

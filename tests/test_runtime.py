@@ -1,4 +1,4 @@
-"""``headroom serve`` tunes its process before serving (see extender/http/runtime.py)."""
+"""``headroom serve`` tunes its process before serving (see extender/core/runtime.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def _printed(code: str) -> list[str]:
 def test_tune_runtime_sets_what_the_benchmarks_rely_on() -> None:
     code = (
         "import gc, sys\n"
-        "from extender.http.runtime import tune_malloc, tune_runtime\n"
+        "from extender.core.runtime import tune_malloc, tune_runtime\n"
         "tune_runtime()\n"
         "print(gc.get_threshold()[0], sys.getswitchinterval(), gc.get_freeze_count() > 0,"
         " tune_malloc())\n"
@@ -33,7 +33,7 @@ def test_collect_due_runs_the_collection_cpythons_schedule_would_run_next() -> N
     middle generation after more than its threshold of young ones, as CPython would."""
     code = (
         "import gc\n"
-        "from extender.http.runtime import collect_due\n"
+        "from extender.core.runtime import collect_due\n"
         "gc.disable()\n"  # only collect_due collects
         "gc.collect()\n"
         "keep = []\n"

@@ -2,7 +2,7 @@
 
 In NodeNames mode each filter carries up to 5,000 names, in a new order for every pod
 (kube-scheduler's parallel filter workers hand feasible nodes over as they finish).
-Plans line lists up by id with one array lookup (``plans``), so a list is read into
+Replies are written from the names' bytes by id (``namejson``), so a list is read into
 ids: the JSON array is split at its quotes (``bytes.split``, in C), its punctuation
 checked, and each name's bytes looked up in a dict of the names seen before. No
 ``str`` is made for a name seen before; a new one is decoded once. A permutation of a

@@ -7,7 +7,8 @@ than evaluating the pod (~0.3 ms of ~0.5 ms at 5,000 nodes). Here the list stays
 JSON until its bytes are looked up: a known list comes back as the very ``NameList``
 object decoded the first time, carrying its key, so caches recognise it by identity. A
 list not seen before in these bytes (a permutation: kube-scheduler sends one per pod) is
-read by ``namebytes`` into ids, which plans line up with one array lookup.
+read by ``namebytes`` into ids (its reply is written from their bytes), unless it
+holds the very names of a kept list: then it is that list (its fingerprint).
 
 NameLists are shared between requests: nothing may mutate one.
 
@@ -21,8 +22,8 @@ whole, which also names what is wrong with it.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable, Iterator, Sequence
-from typing import Protocol, overload
+from collections.abc import Hashable, Sequence
+from typing import Protocol, cast
 
 import msgspec
 import numpy as np
@@ -31,33 +32,26 @@ from extender.codec.namebytes import Fingerprint, NameIndex
 from extender.codec.namejson import names_json
 from extender.codec.nodebytes import find_pod_end
 from extender.scoring.batch import Ints
+from extender.wire.names import Candidates, names_key, same_names
 from extender.wire.protocol import ExtenderArgs, NodeName, Pod, RawNodeList, args_decoder
 
+__all__ = ["ArgsDecoder", "NameList", "name_ids", "names_key", "same_ids", "same_names"]
 
-class NameList(Sequence[str]):
-    """A decoded candidate list, the key its bytes gave it, and its names' ids in the
-    ``NameIndex`` that had ``token`` (see ``name_ids``).
 
-    A list read by id makes its strings only when they are asked for: a permuted list of
-    5,000 names is lined up by ids (``plans``), and of its strings only the few that
-    pass the filter are ever needed; making all of them (a reference taken on each of
-    5,000 objects, cold in cache after the scheduler's own work) cost 0.15 ms a request.
-    The strings come from ``pool``, the index's array as it was when the list was read
-    (an index that grows or clears makes a new one; this one keeps its entries); its JSON
-    from the index's bytes (``json``)."""
+class NameList(Candidates):
+    """A decoded candidate list (``Candidates``), the key its bytes gave it, and its
+    names' ids in the ``NameIndex`` that had ``token`` (see ``name_ids``). The strings
+    come from ``pool``, the index's array as it was when the list was read (an index
+    that grows or clears makes a new one; this one keeps its entries); its JSON from
+    the index's bytes (``json``)."""
 
-    __slots__ = ("_index", "_json", "_names", "_pool", "ids", "key", "token")
+    __slots__ = ("_index",)
 
     def __init__(
         self, names: Sequence[str], key: Hashable, ids: Ints | None = None, token: object = None
     ) -> None:
-        self._names: list[str] | None = list(names)
-        self._pool: np.ndarray | None = None
+        super().__init__(names, key, ids, token)
         self._index: NameIndex | None = None  # the index the ids are of, while ``token``
-        self._json: bytes | None = None
-        self.key = key
-        self.ids = ids
-        self.token = token
 
     @classmethod
     def of_ids(cls, ids: Ints, index: NameIndex, key: Hashable) -> NameList:
@@ -69,138 +63,13 @@ class NameList(Sequence[str]):
     def json(self) -> bytes:
         """The list as JSON (``["a","b"]``, as Go's encoder writes it), made once: written
         from the index's bytes while the ids are valid (``namejson``), else encoded."""
-        if self._json is None:
+        if self.memo is None:
             index = self._index
             if self.ids is not None and index is not None and self.token is index.token:
-                self._json = names_json(index, self.ids)
+                self.memo = names_json(index, self.ids)
             else:
-                self._json = msgspec.json.encode(self.as_list())
-        return self._json
-
-    def as_list(self) -> list[str]:
-        """Every name (made once; do not mutate it)."""
-        if self._names is None:
-            assert self._pool is not None and self.ids is not None
-            self._names = self._pool[self.ids].tolist()
-        return self._names
-
-    def part(self, positions: Ints) -> NameList:
-        """The names at these positions as a list of their own, with their ids, their
-        strings made from the pool when asked for (the filter's passing set: its reply
-        is written from the index's bytes, and hundreds of cold strings cost ~15 µs);
-        taken from this list's strings when it has no pool (ids given to strings). This
-        one must have ids. Unkeyed: the decoder keys it by the bytes it comes back as
-        (``ArgsDecoder.expect``)."""
-        assert self.ids is not None
-        part = NameList((), None, self.ids[positions], self.token)
-        part._names, part._pool, part._index = None, self._pool, self._index
-        if self._pool is None:  # ids given to a list of strings: no pool to make them from
-            part._names = _at(self.as_list(), positions)
-        return part
-
-    def keyed(self, key: Hashable) -> NameList:
-        """The same list under ``key`` (one list object per cache owner: none mutated)."""
-        copy = NameList((), key, self.ids, self.token)
-        copy._names, copy._pool, copy._index = self._names, self._pool, self._index
-        copy._json = self._json
-        return copy
-
-    def __len__(self) -> int:
-        return len(self.ids) if self._names is None else len(self._names)  # type: ignore[arg-type]
-
-    @overload
-    def __getitem__(self, i: int) -> str: ...
-    @overload
-    def __getitem__(self, i: slice) -> list[str]: ...
-    def __getitem__(self, i: int | slice) -> str | list[str]:
-        if self._names is None and not isinstance(i, slice):
-            return str(self._pool[self.ids[i]])  # type: ignore[index]
-        return self.as_list()[i]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.as_list())
-
-    def __eq__(self, other: object) -> bool:
-        if (
-            isinstance(other, NameList)
-            and self.ids is not None
-            and other.ids is not None
-            and self.token is other.token
-        ):
-            return bool(np.array_equal(self.ids, other.ids))  # ids are names, one to one
-        if isinstance(other, Sequence) and not isinstance(other, str):
-            return self.as_list() == list(other)
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]  # as a list's
-
-    def __repr__(self) -> str:
-        return f"NameList({self.as_list()!r})"
-
-
-def picked(names: Sequence[str], positions: list[int] | Ints) -> Sequence[str]:
-    """The names at these positions, from any list, each made only when asked for."""
-    at = positions.tolist() if isinstance(positions, np.ndarray) else positions
-    return Picked(names, at)
-
-
-class Picked(Sequence[str]):
-    """Some names of a list, by position, each made only when asked for: a plan
-    re-evaluates the nodes a round of reports changed by their rows, and names only the
-    ones that do not fit (their reasons). Made up front, the names of 100 nodes cost
-    ~30 µs in the server: every string object is cold by then."""
-
-    __slots__ = ("_names", "_positions")
-
-    def __init__(self, names: Sequence[str], positions: list[int]) -> None:
-        self._names, self._positions = names, positions
-
-    def __len__(self) -> int:
-        return len(self._positions)
-
-    @overload
-    def __getitem__(self, i: int) -> str: ...
-    @overload
-    def __getitem__(self, i: slice) -> list[str]: ...
-    def __getitem__(self, i: int | slice) -> str | list[str]:
-        if isinstance(i, slice):
-            return [self._names[p] for p in self._positions[i]]
-        return self._names[self._positions[i]]
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Sequence) and not isinstance(other, str):
-            return list(self) == list(other)
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]  # as a list's
-
-    def __repr__(self) -> str:
-        return f"Picked({list(self)!r})"
-
-
-def passing_list(
-    names: Sequence[str], positions: Ints, like: Sequence[str] | None = None
-) -> Sequence[str]:
-    """The filter's passing names: a ``NameList`` with their ids when the candidates
-    were read by id (the reply comes back as prioritize's candidates: ``ArgsDecoder.
-    expect``), else a list. ``like`` itself when it is a list of those very names (ids),
-    its reply bytes made already: pods of new shapes often pass the same nodes."""
-    if isinstance(names, NameList) and names.ids is not None:
-        if (
-            isinstance(like, NameList)
-            and like.ids is not None
-            and like.token is names.token
-            and len(like.ids) == len(positions)
-            and bool(np.array_equal(like.ids, names.ids[positions]))
-        ):
-            return like
-        return names.part(positions)
-    return _at(names, positions)
-
-
-def _at(names: Sequence[str], positions: list[int] | Ints) -> list[str]:
-    at = positions.tolist() if isinstance(positions, np.ndarray) else positions
-    return [names[i] for i in at]
+                self.memo = msgspec.json.encode(self.as_list())
+        return cast(bytes, self.memo)
 
 
 def name_ids(index: NameIndex, names: Sequence[str]) -> Ints | None:
@@ -213,16 +82,6 @@ def name_ids(index: NameIndex, names: Sequence[str]) -> Ints | None:
             names._pool = index.pool() if names.ids is not None else None  # theirs now
         return names.ids
     return index.ids_of(names)
-
-
-def names_key(names: Sequence[str]) -> Hashable:
-    """A key equal lists share (compare the lists too: keys of unequal ones may collide)."""
-    key = getattr(names, "key", None)
-    return key if key is not None else ("names", len(names), hash(tuple(names)))
-
-
-def same_names(a: Sequence[str], b: Sequence[str]) -> bool:
-    return a is b or a == b
 
 
 def same_ids(a: NameList, b: NameList) -> bool:

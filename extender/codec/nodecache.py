@@ -192,7 +192,7 @@ class NodeObjectCache:
                 current[at] = True
 
     def _listed_by_ids(self, byte_ids: np.ndarray) -> NameList:
-        """A walked list's names, read by id (plans line lists up by ids; making 5,000
+        """A walked list's names, read by id (replies are written from the ids; making 5,000
         strings, hashing them for a key and reading them back through JSON into ids cost
         ~1.5 ms a shuffled list); made from its entries when a name has no id."""
         ids = self._name_ids_of(byte_ids)

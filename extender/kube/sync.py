@@ -23,10 +23,9 @@ from extender.core.allocation import PodRef
 from extender.dra.ingest import ClaimIngestError
 from extender.dra.state import DraState
 from extender.kube.watch import Kind, Watcher
-from extender.scheduling.service import SchedulingService, pod_ref
-from extender.state.inventory import Grant
+from extender.scheduling.service import SchedulingService
 from extender.state.nodefacts import facts_from_node
-from extender.wire.annotations import ANN_GPU_MEMORY_MIB, ANN_GPU_UUIDS
+from extender.state.podcache import pod_ref
 from extender.wire.protocol import Node, Pod
 
 log = logging.getLogger("headroom.kube.sync")
@@ -50,7 +49,7 @@ class ClusterSync:
         self._claim_pods: dict[str, PodRef] = {}  # uid -> pods that use ResourceClaims
         self._unresolved: dict[tuple[str, str], dict[str, Any]] = {}  # claims to retry
         self._lock = threading.Lock()
-        self.dra = service.dra = DraState()
+        self.dra = DraState()
         self.watchers = [
             Watcher(self.dyn, NODES, self._nodes_listed, self._node_event, self.stop),
             Watcher(self.dyn, PODS, self._pods_listed, self._pod_event, self.stop),
@@ -67,7 +66,7 @@ class ClusterSync:
                 self.dyn, NODECLAIMS, self._nodeclaims_listed, self._nodeclaim_event, self.stop
             ),
         ]
-        service.pod_lookup = self._lookup
+        service.watch_cluster(self.dra, self._lookup)
 
     def start(self) -> None:
         for w in self.watchers:
@@ -87,7 +86,7 @@ class ClusterSync:
         for obj in items:
             self._node_event("ADDED", obj)
             live.add(obj["metadata"]["name"])
-        for a in self.service.ledger.active():
+        for a in self.service.allocations():
             if a.node.name not in live:
                 self.service.node_gone(a.node.name, "node-deleted")
 
@@ -97,13 +96,13 @@ class ClusterSync:
             ended = self.service.node_gone(node.metadata.name, "node-deleted")
             log.info("node deleted", extra={"node": node.metadata.name, "allocations_ended": ended})
             return
-        self.service.inventory.update_facts(facts_from_node(node))
+        self.service.node_changed(facts_from_node(node))
 
     # --- pods ----------------------------------------------------------------------------
 
     def _pods_listed(self, items: list[dict[str, Any]]) -> None:
         live = {obj["metadata"]["uid"] for obj in items}
-        for a in self.service.ledger.active():
+        for a in self.service.allocations():
             if a.pod.uid not in live:
                 self.service.release(a.pod.uid, "pod-gone")
         for obj in items:
@@ -127,47 +126,21 @@ class ClusterSync:
         elif phase in ENDED:
             self._end(uid, ENDED[phase])
         elif node:
-            self._readopt(uid, meta, node)
+            self.service.readopt(
+                uid,
+                meta.get("namespace", ""),
+                meta.get("name", ""),
+                node,
+                meta.get("annotations") or {},
+            )
             if phase == "Running" and uid not in self._started:
                 self._started.add(uid)
                 self.service.started(uid)
 
     def _end(self, uid: str, reason: str) -> None:
         self._started.discard(uid)
-        if self.service.inventory.grants_of(uid) or self.service.ledger.for_pod(uid):
+        if self.service.holds(uid):
             self.service.release(uid, reason)
-
-    def _readopt(self, uid: str, meta: dict[str, Any], node: str) -> None:
-        """A bound pod holding GPUs the inventory does not know of: after a restart, or
-        bound by another replica (HA shares the ledger, not memory). Its ledger rows are
-        the grant; without rows (ledger lost), its annotations are."""
-        ann = meta.get("annotations") or {}
-        if ANN_GPU_UUIDS not in ann or self.service.inventory.grants_of(uid):
-            return
-        rows = [a for a in self.service.ledger.for_pod(uid) if a.ended_at is None]
-        if rows:
-            grants = [
-                Grant(
-                    uid,
-                    a.pod.namespace,
-                    a.pod.name,
-                    a.node.name,
-                    a.grant.gpu_uuid,
-                    a.grant.memory_mib,
-                )
-                for a in rows
-            ]
-        else:
-            try:
-                mib = int(ann.get(ANN_GPU_MEMORY_MIB, "0"))
-            except ValueError:
-                return
-            grants = [
-                Grant(uid, meta.get("namespace", ""), meta.get("name", ""), node, u, mib)
-                for u in ann[ANN_GPU_UUIDS].split(",")
-                if u
-            ]
-        self.service.inventory.reserve(grants)
 
     # --- Karpenter --------------------------------------------------------------------
 
@@ -184,7 +157,7 @@ class ClusterSync:
         terminating = kind != "DELETED" and bool(
             (obj.get("metadata") or {}).get("deletionTimestamp")
         )
-        self.service.inventory.set_draining(node, terminating)
+        self.service.node_draining(node, terminating)
 
     # --- DRA ---------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 from extender.core.retry import reconnecting
-from extender.http.runtime import collect_due
+from extender.core.runtime import collect_due
 
 log = logging.getLogger("headroom.kube.watch")
 

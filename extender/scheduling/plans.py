@@ -11,16 +11,14 @@ that were unavailable are always re-checked (a stale agent may be back), and the
 plan is rebuilt once the oldest report it relied on could have gone stale.
 
 kube-scheduler's lists are permutations as often as repeats (its parallel filter
-workers hand feasible nodes over in the order they finish), and prioritize asks about
-the nodes filter passed: a list whose names are all in the last plan for the shape is
-taken from it by the names' ids (``namebytes``: one array lookup), not evaluated again;
-a permutation of its candidates, or of the nodes it passes, is answered from it without
-a plan of its own (``reorder``).
+workers hand feasible nodes over in the order they finish): the HTTP edge's decoder
+hands a permutation of a list it kept over as that very list (its fingerprint), so a
+plan is found by the list's key and nothing here depends on the order.
 
 A plan is columnar, like the evaluation behind it: per candidate whether it fits, its
-raw policy score and $/GiB-h, and a reason for each one that does not fit. What callers
-derive from a plan (the filter reply, the scores) is kept in ``derived`` and dropped
-whenever any of that changes. Used from one thread (the event loop).
+raw policy score and $/GiB-h, and a reason for each one that does not fit. The replies
+made from a plan (``replies.Replies``: the filter reply, the scores) are kept with it
+and dropped whenever any of that changes. Used from one thread (the event loop).
 """
 
 from __future__ import annotations
@@ -31,9 +29,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from extender.codec.namebytes import NameIndex
-from extender.codec.namelists import name_ids, names_key, picked, same_names
+from extender.scheduling.replies import Replies
 from extender.scoring.batch import Bools, Floats, Ints
+from extender.wire.names import names_key, picked, same_names
 
 # (reason, unresolvable) for a candidate that does not fit
 Failure = tuple[str, bool]
@@ -71,29 +69,7 @@ class Plan:
     unavailable: Ints  # positions to re-check on every use
     rows: Ints  # see Outcome
     layout: int
-    derived: dict[str, object] = field(default_factory=dict)
-    source: tuple[Plan, Ints] | None = None  # the plan this was taken from, and where
-    # each of that plan's candidates is in this one (-1: not here)
-    _where: tuple[object, Ints | None] | None = None  # see where()
-
-    def permutes(self) -> tuple[Plan, Ints] | None:
-        """The plan this one lists every candidate of in another order, and where each of
-        its candidates is in this one; None if this one is not such a reordering."""
-        if self.source is not None and len(self.names) == len(self.source[0].names):
-            return self.source
-        return None
-
-    def where(self, index: NameIndex) -> Ints | None:
-        """Name id -> position (-1: not a candidate here; ids added to the index since
-        are beyond its end), built on first use; None if a name has no id."""
-        if self._where is None or self._where[0] is not index.token:
-            ids = name_ids(index, self.names)
-            where = None
-            if ids is not None:
-                where = np.full(index.count, -1, dtype=np.int64)
-                where[ids] = np.arange(len(ids))
-            self._where = (index.token, where)
-        return self._where[1]
+    replies: Replies = field(default_factory=Replies)
 
     @staticmethod
     def of(names: Sequence[str], seq: int, outcome: Outcome, stale_after: float) -> Plan:
@@ -113,13 +89,12 @@ class Plan:
 
 
 class Plans:
-    def __init__(self, names: NameIndex, capacity: int = 16) -> None:
-        self._names = names
+    def __init__(self, capacity: int = 16) -> None:
         self._plans: OrderedDict[Hashable, Plan] = OrderedDict()
         self._capacity = capacity
-        # per shape, its widest plan (see parent); as many shapes as plans are kept: the
-        # shapes change for good (a new workload-mix version is part of each), and each
-        # of these holds a whole candidate list's arrays
+        # per shape, its widest plan (refreshed off the cycle: see parent); as many
+        # shapes as plans are kept: the shapes change for good (a new workload-mix
+        # version is part of each), and each of these holds a whole candidate list's arrays
         self._last: OrderedDict[Hashable, Plan] = OrderedDict()
 
     def plan(
@@ -135,12 +110,7 @@ class Plans:
         key = (shape, names_key(names))
         plan = self._plans.get(key)
         if plan is None or not same_names(plan.names, names) or now > plan.fresh_until:
-            parent = self.parent(shape, now, seq, changed, evaluate, stale_after)
-            plan = None
-            if parent is not None and len(parent.names) >= len(names):
-                plan = _subset(parent, names, self._names)  # a permutation, a part
-            if plan is None:
-                plan = self._evaluated(names, shape, seq, evaluate, stale_after)
+            plan = self._evaluated(names, shape, seq, evaluate, stale_after)
             self._plans[key] = plan
             while len(self._plans) > self._capacity:
                 self._plans.popitem(last=False)
@@ -149,11 +119,6 @@ class Plans:
             if not self._current(plan, now, seq, changed, evaluate, stale_after):
                 plan = self._plans[key] = self._evaluated(names, shape, seq, evaluate, stale_after)
         return plan
-
-    def kept(self, names: Sequence[str], shape: Hashable) -> bool:
-        """Whether a plan for exactly this list is kept (its replies may be too)."""
-        plan = self._plans.get((shape, names_key(names)))
-        return plan is not None and same_names(plan.names, names)
 
     def parent(
         self,
@@ -164,8 +129,8 @@ class Plans:
         evaluate: Evaluate,
         stale_after: float,
     ) -> Plan | None:
-        """The shape's widest plan, the one other lists are taken from, brought up to
-        date; None if there is none or it must be rebuilt."""
+        """The shape's widest plan, brought up to date (``hotshapes``: refreshed after a
+        report or a bind, off the cycle); None if there is none or it must be rebuilt."""
         parent = self._last.get(shape)
         if parent is None or not self._current(parent, now, seq, changed, evaluate, stale_after):
             return None
@@ -180,8 +145,7 @@ class Plans:
         evaluate: Evaluate,
         stale_after: float,
     ) -> Plan:
-        """A plan evaluated afresh; the widest becomes the shape's parent (plans taken
-        from it do not: it keeps its name index for the next permutation)."""
+        """A plan evaluated afresh; the widest becomes the shape's parent."""
         plan = Plan.of(names, seq, evaluate(names, None), stale_after)
         if len(names) >= len(self._last.get(shape, plan).names):
             self._last[shape] = plan
@@ -211,66 +175,11 @@ class Plans:
         return True
 
 
-def _subset(parent: Plan, names: Sequence[str], index: NameIndex) -> Plan | None:
-    """The plan for some (or all, in another order) of the parent's candidates, taken
-    from it by the names' ids, or None if a name is not among them (or listed twice)."""
-    ids, where = name_ids(index, names), parent.where(index)
-    if ids is None or where is None:
-        return None
-    ok, back, fits, raw, price, rows, down = _take_by_ids(
-        where, ids, parent.fits, parent.raw, parent.price, parent.rows, parent.unavailable
-    )
-    if not ok:
-        return None
-    failures = {}
-    if parent.failures:  # only the failures' positions mapped: a list of all was ~50 µs
-        at = np.fromiter(parent.failures, np.int64, len(parent.failures))
-        failures = {
-            k: f for k, f in zip(back[at].tolist(), parent.failures.values(), strict=True) if k >= 0
-        }
-    return Plan(
-        names=names,
-        fits=fits,
-        raw=raw,
-        price=price,
-        failures=failures,
-        seq=parent.seq,
-        fresh_until=parent.fresh_until,
-        unavailable=down,
-        rows=rows,
-        layout=parent.layout,
-        source=(parent, back),
-    )
-
-
 def _received(received: Floats) -> tuple[float, Ints]:
     """The earliest report time relied on (inf if none) and the positions of the nodes
     that were unavailable (NaN)."""
     down = np.isnan(received)
     return float(np.fmin.reduce(received, initial=np.inf)), np.flatnonzero(down)
-
-
-def _take_by_ids(
-    where: Ints, ids: Ints, fits: Bools, raw: Floats, price: Floats, rows: Ints, unavailable: Ints
-) -> tuple[bool, Ints, Bools, Floats, Floats, Ints, Ints]:
-    """The parent's entries for these ids, in their order, where each parent position
-    went (``back``, -1: not taken) and which of the taken were unavailable (ascending);
-    False if an id is not in the parent or two ids share a position."""
-    n = len(ids)
-    back = np.full(len(fits), -1, dtype=np.int64)
-    empty = np.zeros(0, np.int64)
-    if n and (ids.max() >= len(where) or ids.min() < -len(where)):
-        return False, back, fits[:0], raw[:0], price[:0], rows[:0], empty
-    at = where[ids]
-    if n and at.min() < 0:
-        return False, back, fits[:0], raw[:0], price[:0], rows[:0], empty
-    taken = np.arange(n)
-    back[at] = taken
-    if not np.array_equal(back[at], taken):  # two ids at one position
-        return False, back, fits[:0], raw[:0], price[:0], rows[:0], empty
-    was_down = np.zeros(len(fits), dtype=np.bool_)
-    was_down[unavailable] = True
-    return True, back, fits[at], raw[at], price[at], rows[at], np.flatnonzero(was_down[at])
 
 
 def _patch(plan: Plan, changed: Ints, seq: int, evaluate: Evaluate, stale_after: float) -> None:
@@ -292,8 +201,7 @@ def _patch(plan: Plan, changed: Ints, seq: int, evaluate: Evaluate, stale_after:
             else:
                 plan.failures[i] = reason
     if differs:
-        plan.derived.clear()
-        plan.source = None  # its answers are its own now, not the parent's reordered
+        plan.replies.clear()
     plan.unavailable = down  # every one unavailable before is in redo
     plan.fresh_until = min(plan.fresh_until, earliest + stale_after)
 

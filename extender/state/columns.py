@@ -17,7 +17,6 @@ from itertools import repeat
 
 import numpy as np
 
-from extender.codec.namelists import names_key, same_names
 from extender.scoring.batch import (
     ROW_FIELDS,
     Floats,
@@ -27,6 +26,7 @@ from extender.scoring.batch import (
     row_of,
 )
 from extender.scoring.model import Limits, NodeView
+from extender.wire.names import names_key, same_names
 
 _GRID = ("total", "committed", "reserved", "present")  # [width, rows], as GpuBatch
 _LINE = (

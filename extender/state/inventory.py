@@ -311,6 +311,7 @@ class Inventory:
             node.facts.capacity_type,
             gpus=len({g.parent_uuid or g.uuid for g in node.gpus}),
             gpu_memory_mib=plain[0].total_mib if plain else 0,
+            gpu_model=plain[0].model if plain else node.facts.gpu_model_hint,
         )
         node.price = price
         node.view = NodeView(

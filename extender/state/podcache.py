@@ -9,6 +9,24 @@ from dataclasses import dataclass
 
 from extender.core.allocation import PodRef
 from extender.state.demand import GpuDemand
+from extender.wire.protocol import Pod
+
+
+def pod_ref(pod: Pod) -> PodRef:
+    """Who the pod is, for the ledger: its controller (or first owner) names the
+    workload its cost is charged to."""
+    meta = pod.metadata
+    owner = next((o for o in meta.ownerReferences or [] if o.controller), None)
+    if owner is None and meta.ownerReferences:
+        owner = meta.ownerReferences[0]
+    return PodRef(
+        uid=meta.uid or f"{meta.namespace}/{meta.name}",
+        namespace=meta.namespace or "default",
+        name=meta.name,
+        owner_kind=owner.kind if owner else "",
+        owner_name=owner.name if owner else "",
+        labels=dict(meta.labels or {}),
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,23 @@
+"""The scheduling service's settings, one object passed down (``extender.wiring`` fills
+it from ``extender.settings``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from extender.scoring import Limits, Weights
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceConfig:
+    stale_after: float = 30.0
+    limits: Limits = field(default_factory=Limits)
+    weights: Weights = field(default_factory=Weights)
+    narrow_epsilon: float | None = None  # None: filter passes every fitting node
+    refresh_shapes: int = 2  # plans brought up to date after a report or bind (hotshapes)
+    refresh_window: float = 10.0  # ... for the shapes filtered within this many seconds
+    # a second bind of a pod waits this long for the first (below the scheduler's 5 s
+    # extender httpTimeout, so the wait itself is answered before the scheduler gives up)
+    bind_wait: float = 4.0
+    # the bind path's ledger calls answer within this even if the database is frozen
+    ledger_deadline: float = 3.5

@@ -1,0 +1,97 @@
+"""Agent reports: a node's measured GPU memory into the inventory, usage and findings
+into the ledger.
+
+The inventory is updated before the reply (the next filter must see the numbers); the
+ledger writes go to the writer's thread (``LedgerWriter``), so a slow database never
+holds up an agent. Usage is folded into the rows of granted (pod, GPU) pairs only:
+anything else is a leak, found by ``discrepancies`` and recorded at most once per
+throttle window.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from extender.core.allocation import NodeRef, Observation
+from extender.ledger.base import Ledger
+from extender.ledger.writer import LedgerWriter
+from extender.scheduling.discrepancies import Discrepancy, discrepancies, observations
+from extender.scheduling.throttle import DiscrepancyThrottle
+from extender.state.inventory import Inventory
+from extender.wire.clock import Clock
+from extender.wire.report import NodeReport, ReportResponse
+
+NodeRecord = tuple[NodeRef, list[tuple[str, str, int]], Decimal]
+
+
+class Intake:
+    """Takes agent reports in; remembers what the ledger knows of each node."""
+
+    def __init__(
+        self, inventory: Inventory, ledger: Ledger, clock: Clock, stale_after: float
+    ) -> None:
+        self.inventory, self.clock, self.stale_after = inventory, clock, stale_after
+        self.writer = LedgerWriter(ledger)
+        self.findings = DiscrepancyThrottle()
+        self._recorded_nodes: dict[str, tuple[object, ...]] = {}
+
+    def report(self, report: NodeReport) -> ReportResponse:
+        now = self.clock.now()
+        self.inventory.apply_report(report, now, self.stale_after)
+        grants = self.inventory.grants_on_node(report.node)
+        granted = {(g.pod_uid, g.gpu_uuid) for g in grants}
+        obs = [o for o in observations(report) if (o.pod_uid, o.gpu_uuid) in granted]
+        found = self.findings.due(discrepancies(report, grants), now)
+        node_record = self._node_record(report.node)
+        if obs or found or node_record is not None:
+            self.writer.submit(lambda ledger: _write(ledger, now, obs, found, node_record))
+        return ReportResponse(
+            accepted=True,
+            node=report.node,
+            received_at=now,
+            grants=self.inventory.grants_on(report.node),
+            stale_after_s=self.stale_after,
+        )
+
+    def forget_node(self, name: str) -> None:
+        """The node is gone: a node of that name coming back is recorded afresh."""
+        self._recorded_nodes.pop(name, None)
+
+    def _node_record(self, name: str) -> NodeRecord | None:
+        """What the ledger must know to price the node's idle time, when it changed."""
+        view, facts = self.inventory.view(name), self.inventory.facts(name)
+        if view is None or facts is None:
+            return None
+        price = self.inventory.price(name)
+        gpus = sorted({(g.uuid, g.model, g.total_mib) for g in view.gpus if not g.mig_profile})
+        per_gpu = price.per_gpu_hour if price else Decimal(0)
+        # plain values only: kept per node, a signature holding objects would be walked
+        # by every full garbage collection
+        signature = (
+            facts.instance_type,
+            facts.capacity_type,
+            facts.zone,
+            facts.nodepool,
+            tuple(gpus),
+            per_gpu,
+        )
+        if self._recorded_nodes.get(name) == signature:
+            return None
+        self._recorded_nodes[name] = signature
+        node = NodeRef(name, facts.instance_type, facts.capacity_type, facts.zone, facts.nodepool)
+        return node, list(gpus), per_gpu
+
+
+def _write(
+    ledger: Ledger,
+    at: float,
+    obs: list[Observation],
+    found: list[Discrepancy],
+    node_record: NodeRecord | None,
+) -> None:
+    if node_record is not None:
+        ledger.record_node(*node_record, at)
+    if obs:
+        ledger.observe(obs, at)
+    for d in found:
+        ledger.record_discrepancy(d.kind, d.node, d.gpu_uuid, d.pod_uid, d.amount_mib, d.detail, at)
