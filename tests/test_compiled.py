@@ -56,8 +56,13 @@ def test_merge_is_the_loop_it_replaced(data: st.DataObject, n: int) -> None:
         )
     ]
     copies = [a.copy() for a in arrays]
-    want = merge_reference(*copies, redo, *new)
-    got = plans._merge(*arrays, redo, *new)
+    fits, raw, price = arrays
+    old_fits, old_raw, old_price = copies
+    new_fits, new_raw, new_price, new_received = new
+    want = merge_reference(
+        old_fits, old_raw, old_price, redo, new_fits, new_raw, new_price, new_received
+    )
+    got = plans._merge(fits, raw, price, redo, new_fits, new_raw, new_price, new_received)
     assert (got[0], got[1], got[2].tolist(), got[3].tolist()) == want
     for a, b in zip(arrays, copies, strict=True):
         np.testing.assert_array_equal(a, b)

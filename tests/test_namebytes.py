@@ -16,7 +16,7 @@ from extender.wire.protocol import NodeName
 
 JSON = msgspec.json.Decoder(list[NodeName] | None)
 PLAIN = st.text(
-    st.characters(min_codepoint=0x20, blacklist_categories=("Cs",), blacklist_characters='"\\'),
+    st.characters(min_codepoint=0x20, blacklist_categories=["Cs"], blacklist_characters='"\\'),
     min_size=1,
     max_size=40,
 ).filter(lambda s: len(s.encode()) <= NAME_MAX)
@@ -55,10 +55,9 @@ def test_every_length_and_alignment(length: int) -> None:
         for body in (data, data.replace(b",", b" , "), b" \n" + data + b"\t"):
             assert (index.read(body) or (None, None))[1] == names == decoded(body)
         ids = index.read_ids(data)
-        assert (
-            ids is not None
-            and (index.read_ids(data[::1] + b" ") or [None])[0].tolist() == ids[0].tolist()
-        )  # read again, found again: the same ids
+        assert ids is not None
+        again = index.read_ids(data[::1] + b" ")
+        assert again is not None and again[0].tolist() == ids[0].tolist()  # the same ids
         assert index.fingerprint(data) == index.fingerprint(msgspec.json.encode(names[::-1]))
 
 

@@ -12,7 +12,7 @@ from extender.codec.namejson import names_json, scores_json
 from extender.wire.protocol import HostPriority, encoder
 
 PLAIN = st.text(
-    st.characters(min_codepoint=0x20, blacklist_categories=("Cs",), blacklist_characters='"\\'),
+    st.characters(min_codepoint=0x20, blacklist_categories=["Cs"], blacklist_characters='"\\'),
     min_size=1,
     max_size=60,
 ).filter(lambda s: len(s.encode()) <= NAME_MAX)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,7 @@ class Side:
         self.cache = NodeObjectCache(self.applied.append, index=self.index)
         self.decoder = ArgsDecoder(nodes=self.cache if walk else None, index=self.index)
 
-    def read(self, data: bytes) -> tuple[ExtenderArgs, list[str], list[bytes]]:
+    def read(self, data: bytes) -> tuple[ExtenderArgs, Sequence[str], list[bytes]]:
         args = self.decoder.decode(data)
         if args.Nodes is None:  # a mutated key: no Nodes at all
             return args, [], []
@@ -199,7 +200,7 @@ def test_any_one_byte_change_reads_exactly_as_the_whole_decode(data: st.DataObje
     walked, plain = Side(), Side(walk=False)
     walked.read(original)
     plain.read(original)
-    outcomes = []
+    outcomes: list[tuple[Any, ...]] = []
     for side in (walked, plain):
         try:
             args, names, items = side.read(mutated)

@@ -41,6 +41,11 @@ class Codec:
         self._replies: OrderedDict[int, tuple[Priorities, bytes]] = OrderedDict()
         self._last_scores: tuple[NameList, np.ndarray, bytes] | None = None
 
+    def learn(self, node: str) -> None:
+        """A node the extender heard of (an agent's report): its name is read ahead of
+        the candidate lists that will carry it."""
+        self.index.learn(node)
+
     def decode_args(self, body: bytes) -> ExtenderArgs:
         """filter's and prioritize's arguments as sent (raises msgspec's errors for a bad
         body); the edge checks their bounds, then has ``named`` name the Node objects."""

@@ -244,6 +244,16 @@ class NameIndex:
             keys[:, : self.count] = self._keys[:, : self.count]
             self._keys = keys
 
+    def learn(self, name: str) -> None:
+        """Intern a node's name before any list names it (an agent reported the node):
+        the first filter after a start or failover then finds its 5,000 names known
+        instead of decoding each. Names that are not plain, or would overfill the
+        index, are left to the lists that carry them."""
+        data = name.encode()
+        if data in self._ids or msgspec.json.encode(name) != b'"' + data + b'"':
+            return
+        self._add_new([data], [None])
+
     def name_bytes(self) -> list[bytes]:
         """Every name's bytes by id, for writing names without making strings
         (``namejson``). Valid for ids read while the token holds."""

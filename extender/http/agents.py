@@ -41,7 +41,10 @@ def agents_router(
     writers: Authenticator,
     refresh: Callable[[], Awaitable[None]],
     schemas: Schemas,
+    learn: Callable[[str], None],
 ) -> APIRouter:
+    """The writers' routes; ``learn`` hears of each node an accepted report names (the
+    codec reads its name ahead of the scheduler's lists)."""
     router = APIRouter()
 
     async def writer(request: Request) -> Identity:
@@ -88,6 +91,7 @@ def agents_router(
         except ReportRefused as e:  # another node's GPU: refused, nothing applied
             log.warning("report refused", extra={"node": report.node, "reason": str(e)})
             raise HTTPException(409, f"conflict: {e}") from None
+        learn(report.node)
         collect_due()  # reports leave most of what stays alive: collected here
         # once the agent has its answer: the plans of the shapes scheduled lately
         return Response(
