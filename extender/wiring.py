@@ -130,6 +130,12 @@ def authenticator(settings: Settings, api: object | None) -> Authenticator:
                 ttl_s=settings.token_review_ttl_s,
                 max_entries=settings.token_review_cache_size,
             )
+    if shared is None and reviewer is None and not settings.allow_unauthenticated_reports:
+        log.warning(
+            "no agent can report: every POST /v1/reports will be refused (401) until the "
+            "extender has --agent-token-file (and each agent --token-file with the same "
+            "token), an agent token audience in a cluster, or --allow-unauthenticated-reports"
+        )
     return Authenticator(shared, reviewer, settings.allow_unauthenticated_reports)
 
 
