@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-import random
 import socket
 import time
 from collections.abc import Callable
@@ -31,16 +30,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import msgspec
-from tenacity import (
-    RetryCallState,
-    Retrying,
-    retry_if_exception,
-    stop_after_attempt,
-    stop_before_delay,
-)
+from tenacity import RetryCallState
 
 from drivers.agent.metrics import AgentMetrics
 from extender.wire.report import NodeReport, ReportResponse
+from extender.wire.retry import retrying
 
 log = logging.getLogger("headroom.agent.sender")
 
@@ -179,16 +173,17 @@ class ReportSender:
     ) -> ReportResponse | None:
         url, host = target
         deadline = time.monotonic() + max(budget_s, 0.0)
-        retrying = Retrying(
-            stop=stop_after_attempt(self.max_attempts) | stop_before_delay(max(budget_s, 0.0)),
-            wait=self._backoff,
-            retry=retry_if_exception(lambda e: isinstance(e, SendError) and e.retryable),
+        policy = retrying(
+            lambda e: isinstance(e, SendError) and e.retryable,
+            deadline_s=budget_s,
+            attempts=self.max_attempts,
+            base_s=self.backoff_initial_s,
+            cap_s=self.backoff_max_s,
             sleep=self._sleep,
             before_sleep=self._log_retry,
-            reraise=True,
         )
         try:
-            response = retrying(self._attempt, body, deadline, url, host)
+            response = policy(self._attempt, body, deadline, url, host)
         except SendError as e:
             if count:
                 self.metrics.reports_dropped.inc()
@@ -207,12 +202,6 @@ class ReportSender:
         if count:
             self.metrics.reports_sent.inc()
         return response
-
-    def _backoff(self, state: RetryCallState) -> float:
-        """Exponential backoff with additive jitter (so a fleet of agents that lost the
-        extender together does not retry in lockstep), capped at ``backoff_max_s``."""
-        base = self.backoff_initial_s * 2 ** (state.attempt_number - 1)
-        return min(self.backoff_max_s, base + random.uniform(0, self.backoff_initial_s))
 
     def _attempt(
         self, body: bytes, deadline: float, url: str | None = None, host: str | None = None

@@ -26,8 +26,8 @@ from typing import Any
 
 from kubernetes import client
 
-from extender.core.retry import call_with_retry
 from extender.kube.client import is_transient
+from extender.wire.retry import call_with_retry
 
 log = logging.getLogger("headroom.tokenreview")
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"

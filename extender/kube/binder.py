@@ -20,9 +20,9 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from extender.core.retry import call_with_retry
 from extender.kube.client import api_client, is_transient
 from extender.scheduling.binder import BindError
+from extender.wire.retry import call_with_retry
 
 BIND_DEADLINE_S = 3.0  # kube-scheduler's default httpTimeout is 5 s
 

@@ -18,8 +18,8 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
-from extender.core.retry import reconnecting
 from extender.core.runtime import collect_due
+from extender.wire.retry import reconnecting
 
 log = logging.getLogger("headroom.kube.watch")
 
