@@ -411,20 +411,27 @@ def test_dashboard_uses_the_exported_metrics() -> None:
 # ------------------------------------------------------------------- kustomize
 
 
+def go_tool(script: Path, timeout: float = 600) -> str:
+    """A tool built from Go modules by one of tests/tools/build_*.sh (cached outside the
+    checkout): its path. Skips only where it is not cached and there is no Go to build it."""
+    where = script.relative_to(ROOT)
+    try:
+        proc = subprocess.run(
+            ["bash", str(script)], capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"{where} timed out after {e.timeout} s")
+    if proc.returncode != 0:
+        if shutil.which("go") is None:
+            pytest.skip(f"{where}: not cached and no Go toolchain: {proc.stderr.strip()}")
+        pytest.fail(f"{where} failed:\n{proc.stderr}")
+    return proc.stdout.strip().splitlines()[-1]
+
+
 @pytest.fixture(scope="session")
 def kustomize() -> str:
     """kustomize built from Go modules (cached outside the checkout)."""
-    try:
-        proc = subprocess.run(
-            ["bash", str(BUILD_KUSTOMIZE)], capture_output=True, text=True, timeout=600, check=False
-        )
-    except subprocess.TimeoutExpired as e:
-        pytest.fail(f"building kustomize timed out after {e.timeout} s")
-    if proc.returncode != 0:
-        if shutil.which("go") is None:
-            pytest.skip(f"kustomize not cached and no Go toolchain: {proc.stderr.strip()}")
-        pytest.fail(f"tests/tools/build_kustomize.sh failed:\n{proc.stderr}")
-    return proc.stdout.strip().splitlines()[-1]
+    return go_tool(BUILD_KUSTOMIZE)
 
 
 @cache
