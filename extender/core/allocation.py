@@ -136,7 +136,7 @@ class CapacityExceeded(Exception):
     def __init__(self, gpu_uuid: str, node: str, asked_mib: int, free_mib: int, total_mib: int):
         super().__init__(
             f"GPU {gpu_uuid} on {node}: {free_mib} MiB free of {total_mib} MiB in the ledger,"
-            f" {asked_mib} MiB asked (granted meanwhile by another writer)"
+            f" {asked_mib} MiB asked"
         )
         self.gpu_uuid, self.node = gpu_uuid, node
         self.asked_mib, self.free_mib, self.total_mib = asked_mib, free_mib, total_mib

@@ -103,7 +103,8 @@ def check(dsn: str, burst: Burst, gpus: set[str], what: str) -> list[str]:
             f"\n[{what}] pods {PODS}, binds tried {len(answers)}: accepted "
             f"{answers.count('ok')}, refused by the ledger {len(by_ledger)}, by the replica's "
             f"own view {len(by_replica)}, unplaceable {answers.count('unplaceable')}, lost "
-            f"(no reply) {answers.count('lost')}; committed per GPU (MiB, of {GPU_MIB}): "
+            f"(no reply) {answers.count('lost')}; rows {len(rows)}, committed per GPU (MiB, "
+            f"of {GPU_MIB}): "
             f"{sorted(committed.values(), reverse=True)}, max {max(committed.values())}"
         )
         assert set(committed) <= gpus
