@@ -38,7 +38,8 @@ GPU_MIB = 81_920
 def _decision(uid: str, at: float) -> Decision:
     pod = PodRef(uid, f"ns-{hash(uid) % 20}", f"pod-{uid}", "Job", "train", {"team": "a"})
     node = NodeRef(f"node-{hash(uid) % 50}", "p5.48xlarge", "spot", "us-east-1a", "gpu")
-    g = GpuGrant("GPU-0", 0, "H100", 20_480, GPU_MIB, Sharing.SHARED, Decimal("1.00"))
+    # a GPU of its own: the ledger refuses a fifth 20 GiB grant on one 80 GiB GPU
+    g = GpuGrant(f"GPU-{uid}", 0, "H100", 20_480, GPU_MIB, Sharing.SHARED, Decimal("1.00"))
     return Decision(pod, node, (g,), at, "cheapest")
 
 

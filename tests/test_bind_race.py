@@ -87,3 +87,30 @@ def test_restart_rebuilds_reservations_from_the_ledger(tmp_path: Path) -> None:
         body = ext2.post("filter", ext2.schedule_args(gpu_pod("b", memory="20Gi"), ["n1"])).json()
         assert body["NodeNames"] == []  # the 20 GiB still held by pod a
         assert "3.5 GiB free < 20.0 GiB" in body["FailedNodes"]["n1"]
+
+
+def test_two_replicas_over_one_ledger_never_grant_a_gpu_twice(tmp_path: Path) -> None:
+    # replicas A and B share the ledger file and the node's reports, not their memory:
+    # both see 20 GiB free on the one 24 GiB GPU; the ledger lets only one have it
+    with running_extender(tmp_path) as a, running_extender(tmp_path) as b:
+        for ext in (a, b):
+            ext.add_node("n1", "1xA10G:24Gi")
+        (gpu,) = a.drivers["n1"].gpu_uuids
+        for ext, name in ((a, "x"), (b, "y")):
+            ext.post("filter", ext.schedule_args(gpu_pod(name, memory="20Gi"), ["n1"]))
+        bind_x = {"PodName": "x", "PodNamespace": "ml", "PodUID": "uid-x", "Node": "n1"}
+        assert a.post("bind", bind_x).json()["Error"] == ""
+        bind_y = {**bind_x, "PodName": "y", "PodUID": "uid-y"}
+        error = b.post("bind", bind_y).json()["Error"]
+        assert error.startswith(f"GPU {gpu} on n1: 4096 MiB free"), error
+        assert "20480 MiB asked" in error
+        ledger = b.built.service.ledger
+        assert ledger.for_pod("uid-y") == []  # no row
+        assert [a.pod.uid for a in ledger.active()] == ["uid-x"]
+        # B freed its own reservation and took A's grant from the ledger: its next filter
+        # says the GPU is full instead of offering it again
+        assert b.built.service.inventory.grants_of("uid-y") == []
+        assert [g.pod_uid for g in b.built.service.inventory.grants_on_node("n1")] == ["uid-x"]
+        again = b.post("filter", b.schedule_args(gpu_pod("y", memory="20Gi"), ["n1"])).json()
+        assert again["NodeNames"] == []
+        assert "3.5 GiB free < 20.0 GiB" in again["FailedNodes"]["n1"]

@@ -126,6 +126,22 @@ class AlreadyAllocated(Exception):
         self.node = node
 
 
+class CapacityExceeded(Exception):
+    """The ledger refused a grant: the GPU's active grants plus this one exceed its memory.
+
+    Raised inside the decision's write transaction, so nothing of the decision was
+    written. Another replica (or writer) took the memory first; the bind answers an
+    error naming the GPU and kube-scheduler retries the pod."""
+
+    def __init__(self, gpu_uuid: str, node: str, asked_mib: int, free_mib: int, total_mib: int):
+        super().__init__(
+            f"GPU {gpu_uuid} on {node}: {free_mib} MiB free of {total_mib} MiB in the ledger,"
+            f" {asked_mib} MiB asked"
+        )
+        self.gpu_uuid, self.node = gpu_uuid, node
+        self.asked_mib, self.free_mib, self.total_mib = asked_mib, free_mib, total_mib
+
+
 class LedgerUnavailable(Exception):
     """The ledger database cannot be written now; binds must fail cleanly.
 

@@ -27,8 +27,10 @@ class Ledger(Protocol):
     def record_decision(self, decision: Decision) -> list[Allocation]:
         """Atomically write one RESERVED row per grant plus a ``decision`` event.
 
-        Raises ``AlreadyAllocated`` if the pod already has an active allocation, and
-        ``LedgerUnavailable`` if the database cannot be written.
+        Raises ``AlreadyAllocated`` if the pod already has an active allocation,
+        ``CapacityExceeded`` if a GPU's active grants plus these would exceed its memory
+        (``ledger/capacity.py``; nothing is written), and ``LedgerUnavailable`` if the
+        database cannot be written.
         """
         ...
 

@@ -5,7 +5,10 @@ Every write runs in a transaction that first takes the ledger's single write loc
 One lock is enough at scheduling rates (a bind is a few small statements) and it buys
 two invariants at once: the "one active allocation per pod" check cannot race, and
 events get gap-free sequence numbers in a single hash chain. The partial unique index
-on (pod_uid, gpu_uuid) over active rows backs the check up inside the database.
+on (pod_uid, gpu_uuid) over active rows backs the check up inside the database. The
+same lock makes the capacity check (``capacity``: a GPU's grants never exceed its
+memory) exact across replicas: the sum it reads cannot change before the decision
+commits.
 
 This class is the transaction boundary, timing and logging; what each table holds and
 how it is written lives beside its SQL (``allocations``, ``nodes``, ``discrepancies``,
@@ -30,7 +33,7 @@ from extender.core.allocation import (
     Observation,
     Status,
 )
-from extender.ledger import allocations, discrepancies, nodes, trail
+from extender.ledger import allocations, capacity, discrepancies, nodes, trail
 from extender.ledger.chain import GENESIS, verify
 from extender.ledger.dialect import Cursor, Dialect, Hooks, NullHooks, UniqueConflict
 from extender.ledger.discrepancies import DISCREPANCY_GAP_S
@@ -121,6 +124,7 @@ class SqlLedger:
                 held = allocations.holder(tx, pod.uid)
                 if held is not None:
                     raise AlreadyAllocated(pod.uid, held)
+                capacity.check(tx, decision)  # CapacityExceeded: rolled back, nothing written
                 ids = allocations.insert_decision(tx, decision)
                 tx.append_event(
                     decision.decided_at,

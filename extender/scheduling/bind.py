@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from decimal import Decimal
 from typing import Any
 
 from extender.core.allocation import (
+    Allocation,
     AlreadyAllocated,
+    CapacityExceeded,
     Decision,
     GpuGrant,
     LedgerUnavailable,
@@ -28,6 +30,7 @@ from extender.core.allocation import (
 )
 from extender.ledger.base import Ledger
 from extender.ledger.metrics import SCHEDULING
+from extender.ledger.records import AllocationFilter
 from extender.pricing import NodePrice
 from extender.scheduling.asks import Asks
 from extender.scheduling.binder import Binder, BindError
@@ -195,6 +198,22 @@ class Binding:
         except AlreadyAllocated as e:  # another replica recorded this pod: ours goes
             self.inventory.release(uid, only=grants)
             return ExtenderBindingResult(Error=str(e))
+        except CapacityExceeded as e:  # another replica granted the GPU's memory first
+            self.inventory.release(uid, only=grants)  # nothing was written: ours goes
+            self._learn(args.Node)
+            SCHEDULING.binds.labels("over-capacity").inc()
+            log.warning(
+                "bind refused: GPU full in the ledger",
+                extra={
+                    "event": "bind.over_capacity",
+                    "pod": uid,
+                    "node": args.Node,
+                    "gpu_uuid": e.gpu_uuid,
+                    "asked_mib": e.asked_mib,
+                    "free_mib": e.free_mib,
+                },
+            )
+            return ExtenderBindingResult(Error=f"{e}; the scheduler will retry")
         except Exception as e:
             if isinstance(e, LedgerUnavailable) and not e.maybe_written:
                 self.inventory.release(uid, only=grants)  # nothing reached the database
@@ -207,6 +226,29 @@ class Binding:
         SCHEDULING.binds.labels("failed" if result.Error else "bound").inc()
         self._mark(uid, grants, result.Error)
         return result
+
+    def _learn(self, node: str) -> None:
+        """Reserve the node's active ledger rows this replica does not hold (granted by
+        another replica), so its next filter and bind see that memory as taken instead
+        of offering it again until the pod watch re-adopts those pods. A pod whose row
+        ends meanwhile is freed again (its release may have run before our reserve)."""
+        try:
+            rows = self._in_time(
+                self.ledger.list_allocations, AllocationFilter(node=node, active=True), 0, 10_000
+            )
+            by_pod: dict[str, list[Allocation]] = {}
+            for a in rows:
+                by_pod.setdefault(a.pod.uid, []).append(a)
+            adopted = [
+                uid
+                for uid, held in by_pod.items()
+                if not self.inventory.grants_of(uid) and self.inventory.reserve(grants_of(held))
+            ]
+            for uid in adopted:
+                if all(a.ended_at is not None for a in self._in_time(self.ledger.for_pod, uid)):
+                    self.inventory.release(uid)
+        except Exception as e:  # best effort: the ledger's check stays the guard
+            ledger_failed_log.error("ledger read failed", extra={"node": node, "error": str(e)})
 
     def _mark(self, uid: str, grants: list[Grant], error: str) -> None:
         """The bind's outcome into the ledger row; a failed bind frees its reservation
@@ -271,6 +313,21 @@ def grant(gpu: GpuView, demand: GpuDemand, price: NodePrice | None) -> GpuGrant:
         price_per_hour=per_gpu * mib / gpu.total_mib if gpu.total_mib else Decimal(0),
         mig_profile=demand.mig_profile,
     )
+
+
+def grants_of(rows: Iterable[Allocation]) -> list[Grant]:
+    """The inventory's reservations for ledger rows."""
+    return [
+        Grant(
+            a.pod.uid,
+            a.pod.namespace,
+            a.pod.name,
+            a.node.name,
+            a.grant.gpu_uuid,
+            a.grant.memory_mib,
+        )
+        for a in rows
+    ]
 
 
 def grant_annotations(grants: list[Grant]) -> dict[str, str]:

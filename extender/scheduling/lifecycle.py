@@ -9,34 +9,18 @@ caller retries).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from decimal import Decimal
 
 from extender.core.allocation import Allocation, NodeRef, PodRef
 from extender.dra.ingest import decisions_from_claim
 from extender.ledger.base import Ledger
 from extender.scheduling.asks import Asks
-from extender.scheduling.bind import Binding
+from extender.scheduling.bind import Binding, grants_of
 from extender.scheduling.evaluate import Evaluator
 from extender.scheduling.intake import Intake
 from extender.state.inventory import Grant
 from extender.wire.annotations import ANN_GPU_MEMORY_MIB, ANN_GPU_UUIDS
 from extender.wire.clock import Clock
-
-
-def grants_of(rows: Iterable[Allocation]) -> list[Grant]:
-    """The inventory's reservations for ledger rows."""
-    return [
-        Grant(
-            a.pod.uid,
-            a.pod.namespace,
-            a.pod.name,
-            a.node.name,
-            a.grant.gpu_uuid,
-            a.grant.memory_mib,
-        )
-        for a in rows
-    ]
 
 
 class Lifecycle:

@@ -25,8 +25,11 @@ def race(ledger: Ledger, pods: int, seed: int, out: list[str]) -> None:
         uid = f"c-{i}"
         try:
             ledger.record_decision(
-                decision(
-                    uid, grant("GPU-0", 10 * GIB), grant("GPU-1", 10 * GIB, index=1), at=1.0 + i
+                decision(  # GPUs of its own: the race is for the pod, not for memory
+                    uid,
+                    grant(f"GPU-{i}-0", 10 * GIB),
+                    grant(f"GPU-{i}-1", 10 * GIB, index=1),
+                    at=1.0 + i,
                 )
             )
             out.append(f"won {uid}")

@@ -6,6 +6,7 @@ priced by chargeback over what the database returns).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from decimal import Decimal
 
 from extender.ledger import chargeback_report
@@ -95,8 +96,11 @@ def test_active_rows_count_until_now_and_failed_rows_never(
 def test_oversubscribed_node_is_flagged(ledger: Ledger, clock: ManualClock) -> None:
     t = clock.now()
     ledger.record_node(NODE, [("GPU-0", "H100", 80 * GIB)], Decimal("4.00"), t)
-    for uid in ("a", "b", "c"):  # 3 x 40 GiB on one 80 GiB GPU
-        ledger.record_decision(decision(uid, grant("GPU-0", 40 * GIB), at=t))
+    # 3 x 40 GiB on one 80 GiB GPU: the ledger refuses that from bind (capacity.py), so
+    # DRA records (placed by kube-scheduler's allocator, recorded as they are) make it
+    for uid in ("a", "b", "c"):
+        dra = replace(grant("GPU-0", 40 * GIB), claim=f"team-a/{uid}")
+        ledger.record_decision(decision(uid, dra, at=t))
     r = chargeback_report(ledger, t, t + H, "pod", now=t + H)
     (node,) = r.nodes
     assert node.oversubscribed and node.idle == Decimal("-2.00")

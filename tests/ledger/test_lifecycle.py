@@ -125,7 +125,8 @@ def test_nodes_keep_price_periods(ledger: Ledger, clock: ManualClock) -> None:
 def test_list_allocations_filters_and_keyset_pages(ledger: Ledger, clock: ManualClock) -> None:
     t = clock.now()
     for i in range(5):
-        ledger.record_decision(decision(f"u{i}", at=t + i, ns="a" if i % 2 else "b"))
+        g = grant("GPU-0", 16 * GIB)  # five fit one 80 GiB GPU
+        ledger.record_decision(decision(f"u{i}", g, at=t + i, ns="a" if i % 2 else "b"))
     ledger.release("u0", t + 10, "done")
     assert [a.pod.uid for a in ledger.list_allocations(AllocationFilter(namespace="a"))] == [
         "u1",

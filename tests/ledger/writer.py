@@ -42,7 +42,8 @@ def main(target: str, prefix: str, count: int, retry: bool) -> None:
     t = time.time()
     for i in range(count):
         uid = f"{prefix}-{i}"
-        d = decision(uid, *(grant(f"GPU-{g}", 10 * GIB, index=g) for g in range(GRANTS)), at=t + i)
+        gpus = (grant(f"GPU-{i}-{g}", 10 * GIB, index=g) for g in range(GRANTS))  # room: each
+        d = decision(uid, *gpus, at=t + i)  # pod its own GPUs (the ledger checks capacity)
         attempts = 0
 
         def decide(d: Decision = d) -> None:
