@@ -1,6 +1,7 @@
 """An overrun reaches placement (issue 24): after an agent reports a pod using 3x its
 grant, ``/filter`` over real HTTP refuses a node it passed a moment before, through the
-inventory's columns and the vectorised kernels, and the reason names the pod."""
+inventory's columns and the vectorised kernels, and the reason names the pod; evicting
+the pod frees all it holds, so preemption counts it too."""
 
 from __future__ import annotations
 
@@ -53,3 +54,14 @@ def test_filter_refuses_the_node_once_a_pod_overruns_and_names_it(tmp_path: Path
         assert "pod ml/trainer uses 30.0 GiB of its 10.0 GiB grant (+20.0 GiB)" in reason
 
         assert "5.2 GiB free" in bind(ext, "late", "9Gi")  # bind re-checks: refused too
+
+        # preemption: evicting the trainer frees all 30 GiB it holds, not just its
+        # 10 GiB grant (74.25 - 30 = 44.25 GiB committed: a 30 GiB pod fits)
+        def victims(*uids: str) -> dict:
+            pods = [{"UID": f"uid-{u}"} for u in uids]
+            meta = {"n1": {"Pods": pods, "NumPDBViolations": 0}}
+            return {"Pod": gpu_pod("big", memory="30Gi"), "NodeNameToMetaVictims": meta}
+
+        assert "n1" in ext.post("preempt", victims("trainer")).json()["NodeNameToMetaVictims"]
+        # evicting one idle 20 GiB pod leaves 54.25 GiB committed: not enough
+        assert ext.post("preempt", victims("a")).json() == {"NodeNameToMetaVictims": {}}

@@ -289,6 +289,30 @@ class Inventory:
         )
         return node.view
 
+    def view_without(self, name: str, pod_uids: Collection[str]) -> NodeView | None:
+        """The node as if these pods were gone (what evicting them frees, for preemption):
+        their grants and their measured use out of every GPU's committed memory, so an
+        overrunning victim frees all it holds, not just its grant. Not cached."""
+        gone = set(pod_uids)
+        with self._lock:
+            node, view = self._nodes.get(name), self.view(name)
+            if node is None or view is None:
+                return None
+            gpus = tuple(
+                self._gpu_view(
+                    msgspec.structs.replace(
+                        g, pod_used=tuple(pu for pu in g.pod_used if pu[0] not in gone)
+                    ),
+                    {
+                        p: m
+                        for p, m in self._reserved.get((name, g.uuid), {}).items()
+                        if p not in gone
+                    },
+                )
+                for g in node.gpus
+            )
+        return msgspec.structs.replace(view, gpus=gpus, version=-1)
+
     def _gpu_view(self, g: MeasuredGpu, granted: dict[str, int]) -> GpuView:
         """One unit as scoring sees it: committed per pod (``state.committed``), with the
         pods that hold more than their grant named, so a refusal can say who."""
