@@ -1,5 +1,6 @@
 """The point of headroom: scheduling follows what the GPU really holds, not the sum of
-requests. Three pods share one GPU; the agent's report moves the extender's headroom."""
+requests. Three pods share one GPU; the agent's report moves the extender's headroom:
+each pod holds max(its grant, its use), and the driver's memory is held too."""
 
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ def test_three_pods_on_one_gpu_headroom_follows_measured_use(tmp_path: Path) -> 
             ext.post("filter", ext.schedule_args(gpu_pod(name, memory="4Gi"), ["n1"]))
             bind = {"PodName": name, "PodNamespace": "ml", "PodUID": f"uid-{name}", "Node": "n1"}
             assert ext.post("bind", bind).json()["Error"] == ""
-        view = ext.built.service.inventory.view("n1")
-        assert view is not None and view.gpus[0].committed_mib == 12 * GIB
+        view = ext.built.service.inventory.view("n1")  # the driver's reserve: unattributed
+        assert view is not None and view.gpus[0].committed_mib == 12 * GIB + driver.reserve_mib
 
         # the pods really use 6 + 5 + 3 GiB: pods a and b overran their 4 GiB
         for name, gib in (("a", 6), ("b", 5), ("c", 3)):
@@ -37,12 +38,17 @@ def test_three_pods_on_one_gpu_headroom_follows_measured_use(tmp_path: Path) -> 
 
         view = ext.built.service.inventory.view("n1")
         assert view is not None
-        assert view.gpus[0].committed_mib == 14 * GIB + driver.reserve_mib  # measured > reserved
-        # 24 GiB - 14.25 GiB used - 0.5 GiB margin = 9.25 GiB: a 10 GiB pod no longer fits,
-        # although the requests alone (12 GiB) would leave 11.5 GiB
+        # per pod max(grant, use): 6 + 5 + 4 (c is idle within its grant and may grow
+        # into it) + the driver's 0.25 GiB = 15.25 GiB, more than the 14.25 GiB measured
+        assert view.gpus[0].committed_mib == (6 + 5 + 4) * GIB + driver.reserve_mib
+        # 24 - 15.25 - 0.5 GiB margin = 8.25 GiB: a 10 GiB pod no longer fits, although
+        # the requests alone (12 GiB) would leave 11.5 GiB; the reason names who overran
         body = ext.post("filter", ext.schedule_args(gpu_pod("d", memory="10Gi"), ["n1"])).json()
         assert body["NodeNames"] == []
-        assert "9.2 GiB free < 10.0 GiB" in body["FailedNodes"]["n1"]
+        reason = body["FailedNodes"]["n1"]
+        assert "8.2 GiB free < 10.0 GiB" in reason
+        assert "pod ml/a uses 6.0 GiB of its 4.0 GiB grant (+2.0 GiB)" in reason
+        assert "1 more pod(s) over their grant" in reason
 
         ext.built.service.writer.flush()
         found = ext.client.get("/v1/discrepancies").json()["items"]

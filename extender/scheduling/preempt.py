@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from extender.scheduling.asks import Asks
 from extender.scheduling.evaluate import Evaluator
 from extender.scoring import evaluate
-from extender.scoring.model import GpuView, NodeView
+from extender.scoring.model import NodeView
 from extender.wire.clock import Clock
 from extender.wire.protocol import (
     ExtenderPreemptionArgs,
@@ -39,35 +39,9 @@ def preempt(
 
 
 def view_without(evaluator: Evaluator, node: str, victim_uids: Iterable[str]) -> NodeView | None:
-    """The node as it would be with the victims' GPU memory freed."""
-    inventory = evaluator.inventory
-    view = inventory.view(node)
-    if view is None:
-        return None
-    freed: dict[str, int] = {}
-    for uid in victim_uids:
-        for g in inventory.grants_of(uid):
-            freed[g.gpu_uuid] = freed.get(g.gpu_uuid, 0) + g.memory_mib
-    gpus = tuple(
-        GpuView(
-            g.uuid,
-            g.index,
-            g.model,
-            g.total_mib,
-            max(0, g.committed_mib - freed.get(g.uuid, 0)),
-            max(0, g.reserved_mib - freed.get(g.uuid, 0)),
-            g.mig_profile,
-        )
-        for g in view.gpus
-    )
-    return NodeView(
-        view.name,
-        gpus,
-        view.capacity_type,
-        view.instance_type,
-        view.price_per_gib_hour,
-        version=-1,
-    )
+    """The node as it would be with the victims' GPU memory freed: their grants and what
+    they were measured using (``Inventory.view_without``)."""
+    return evaluator.inventory.view_without(node, list(victim_uids))
 
 
 def meta_victims(args: ExtenderPreemptionArgs) -> dict[str, MetaVictims]:

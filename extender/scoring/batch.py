@@ -33,7 +33,7 @@ WHOLE = -1  # the ask of a whole-GPU demand or mix shape, as the vectorised poli
 @dataclass(frozen=True, slots=True)
 class GpuBatch:
     total: Ints  # [G, N] MiB; 0 in absent slots
-    committed: Ints  # [G, N] max(measured used, reserved)
+    committed: Ints  # [G, N] GpuView.committed_mib (extender.state.committed)
     reserved: Ints  # [G, N] by active grants
     present: Bools  # [G, N] a plain GPU sits in the slot
     node_total: Ints  # [N] every unit's memory, MIG instances included

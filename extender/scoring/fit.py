@@ -6,7 +6,7 @@ Whole-GPU demands need idle GPUs; memory demands need headroom >= the ask on eac
 
 from __future__ import annotations
 
-from extender.scoring.model import GpuDemand, GpuView, Limits, NodeView
+from extender.scoring.model import GpuDemand, GpuView, Limits, NodeView, Overrun
 
 
 def unit_mib(gpu: GpuView, demand: GpuDemand, limits: Limits) -> int:
@@ -36,8 +36,12 @@ def shortfall_reason(node: NodeView, demand: GpuDemand, limits: Limits, fitting:
     if not node.gpus:
         return "node reports no GPUs"
     if demand.mig_profile:
-        have = sum(1 for g in node.gpus if g.mig_profile == demand.mig_profile)
-        return f"{fitting} idle MIG {demand.mig_profile} instance(s) of {have} < {want} asked"
+        same = [g for g in node.gpus if g.mig_profile == demand.mig_profile]
+        note = overrun_note(next((g for g in same if g.overruns), None))
+        return (
+            f"{fitting} idle MIG {demand.mig_profile} instance(s) of {len(same)} < {want} asked"
+            + note
+        )
     plain = [g for g in node.gpus if not g.mig_profile]
     if not plain:
         return "all GPUs on the node are in MIG mode; ask for a nvidia.com/mig-<profile>"
@@ -47,10 +51,30 @@ def shortfall_reason(node: NodeView, demand: GpuDemand, limits: Limits, fitting:
         return (
             f"{fitting} idle GPU(s) < {want} whole GPU(s) asked; best {_short(best.uuid)} "
             f"has {free_gib:.1f} GiB free of {best.total_mib / 1024:.0f} GiB"
-        )
+        ) + overrun_note(best)
     return (
         f"{fitting} GPU(s) with {demand.memory_mib / 1024:.1f} GiB free < {want} asked; "
         f"best {_short(best.uuid)}: {free_gib:.1f} GiB free < {demand.memory_mib / 1024:.1f} GiB"
+    ) + overrun_note(best)
+
+
+def overrun_note(gpu: GpuView | None) -> str:
+    """The GPU's largest overrun as a clause for a refusal (``; pod ns/name uses X GiB of
+    its Y GiB grant (+Z GiB)``), so it names who holds the memory: the fix is that pod's
+    limit, not more GPUs. "" when nobody on the GPU is over their grant."""
+    if gpu is None or not gpu.overruns:
+        return ""
+    top, more = gpu.overruns[0], len(gpu.overruns) - 1
+    also = f" (and {more} more pod(s) over their grant)" if more else ""
+    return f"; {describe_overrun(top)}{also}"
+
+
+def describe_overrun(o: Overrun) -> str:
+    if o.granted_mib == 0:
+        return f"pod {o.pod} uses {o.used_mib / 1024:.1f} GiB with no grant on this GPU"
+    return (
+        f"pod {o.pod} uses {o.used_mib / 1024:.1f} GiB of its {o.granted_mib / 1024:.1f} GiB "
+        f"grant (+{o.excess_mib / 1024:.1f} GiB)"
     )
 
 

@@ -18,10 +18,27 @@ import msgspec
 MAX_PRIORITY = 10
 
 
+class Overrun(msgspec.Struct, frozen=True, gc=False):
+    """A pod the last report saw using more of a GPU than it was granted there (a leak:
+    granted nothing), so the excess is part of the GPU's committed memory. Kept on the
+    view so a refusal can name who took the memory, not just how little is left."""
+
+    pod: str  # "namespace/name" when the extender knows the pod, else its UID
+    used_mib: int
+    granted_mib: int  # 0: a leak, the pod holds no grant on this GPU
+
+    @property
+    def excess_mib(self) -> int:
+        return self.used_mib - self.granted_mib
+
+
 class GpuView(msgspec.Struct, frozen=True, gc=False):
     """One schedulable GPU (or MIG instance) as scoring sees it.
 
-    ``committed_mib`` = max(measured used, reserved by grants): memory nobody new may take.
+    ``committed_mib`` = Σ over granted pods of max(granted, used) + memory of pods
+    using it without a grant + unattributed memory (``extender.state.committed``):
+    memory nobody new may take, since a granted pod may grow into its slice at any time
+    and an overrunning pod already holds more than its slice.
     """
 
     uuid: str
@@ -31,9 +48,10 @@ class GpuView(msgspec.Struct, frozen=True, gc=False):
     committed_mib: int
     reserved_mib: int = 0  # by active grants (ledger), a part of committed
     mig_profile: str = ""  # non-empty: a MIG instance, granted whole by profile
+    overruns: tuple[Overrun, ...] = ()  # part of committed, largest excess first
 
     def free_mib(self, margin_mib: int) -> int:
-        """Headroom = total - max(used, reserved) - safety margin (may be negative)."""
+        """Headroom = total - committed - safety margin (may be negative)."""
         return self.total_mib - self.committed_mib - margin_mib
 
     def idle(self, idle_mib: int) -> bool:

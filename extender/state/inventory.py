@@ -1,7 +1,10 @@
 """What the extender knows about each node: measured GPUs, node facts, reservations.
 
-Reports replace a node's measurements; grants reserve memory per GPU until released,
-so two pods in flight never both take the last slice of one GPU. ``view()`` turns the
+Reports replace a node's measurements (each GPU's per-pod use among them,
+``state.measured``); grants reserve memory per GPU until released, so two pods in flight
+never both take the last slice of one GPU. A GPU's committed memory is each granted
+pod's max(grant, use) plus ungranted pods' use plus unattributed memory
+(``state.committed``), so an overrun is never hidden by idle grants. ``view()`` turns the
 state into the plain ``NodeView`` scoring works on, rebuilt only when the node changed;
 ``columns()`` gives every node at once as arrays (``extender.state.columns``), for requests
 that name thousands of nodes.
@@ -18,20 +21,12 @@ from dataclasses import dataclass
 import msgspec
 
 from extender.pricing import NodePrice, PriceBook
-from extender.scoring.model import GpuView, NodeView
+from extender.scoring.model import GpuView, NodeView, Overrun
 from extender.state.columns import NodeColumns
+from extender.state.committed import committed
+from extender.state.measured import MeasuredGpu, measured_gpus
 from extender.state.nodefacts import NodeFacts, facts_from_labels
-from extender.wire.report import GpuReport, NodeReport, PodGrant
-
-
-class MeasuredGpu(msgspec.Struct, frozen=True, gc=False):  # one per GPU: see scoring.model
-    uuid: str
-    index: int
-    model: str
-    total_mib: int
-    used_mib: int
-    mig_profile: str = ""
-    parent_uuid: str = ""
+from extender.wire.report import NodeReport, PodGrant
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,28 +50,6 @@ class _Node(msgspec.Struct, gc=False):  # one per node, no cycles: see scoring.m
     draining: bool = False  # Karpenter is deleting this node's NodeClaim
 
 
-def measured_gpus(report: NodeReport) -> tuple[MeasuredGpu, ...]:
-    """Schedulable units of a report: healthy plain GPUs, and MIG instances of MIG GPUs."""
-    out: list[MeasuredGpu] = []
-    for g in report.gpus:
-        if not g.healthy:
-            continue
-        if g.mig_enabled:
-            out.extend(_mig_units(g))
-        else:
-            out.append(MeasuredGpu(g.uuid, g.index, g.model, g.memory_total_mib, g.memory_used_mib))
-    return tuple(out)
-
-
-def _mig_units(g: GpuReport) -> list[MeasuredGpu]:
-    return [
-        MeasuredGpu(
-            m.uuid, g.index, g.model, m.memory_total_mib, m.memory_used_mib, m.profile, g.uuid
-        )
-        for m in g.mig
-    ]
-
-
 class ReportRefused(ValueError):
     """An agent report that would corrupt another node's state; the message says why."""
 
@@ -87,9 +60,10 @@ class Inventory:
         self._nodes: dict[str, _Node] = {}
         self._grants: dict[str, list[Grant]] = {}  # pod uid -> its grants
         self._pods_on: dict[str, set[str]] = defaultdict(set)  # node -> pod uids with grants
-        # (node, gpu uuid) -> MiB reserved: keyed by node too, so a report that names
-        # another node's GPU cannot shrink that node's headroom
-        self._reserved: dict[tuple[str, str], int] = defaultdict(int)
+        # (node, gpu uuid) -> pod uid -> MiB reserved: keyed by node too, so a report that
+        # names another node's GPU cannot shrink that node's headroom; per pod, so each
+        # pod's grant meets its measured use (``state.committed``)
+        self._reserved: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
         self._owner: dict[str, str] = {}  # gpu uuid (MIG: its parent's) -> node reporting it
         self._lock = threading.RLock()
         self._seq = 0
@@ -191,7 +165,8 @@ class Inventory:
                 return False
             self._grants[uid] = list(grants)
             for g in grants:
-                self._reserved[g.node, g.gpu_uuid] += g.memory_mib
+                per_pod = self._reserved[g.node, g.gpu_uuid]
+                per_pod[uid] = per_pod.get(uid, 0) + g.memory_mib
                 self._pods_on[g.node].add(uid)
             self._touch_nodes({g.node for g in grants})
         return True
@@ -212,10 +187,11 @@ class Inventory:
                 pods.discard(pod_uid)
                 if not pods:
                     del self._pods_on[g.node]
-            left = self._reserved[g.node, g.gpu_uuid] - g.memory_mib
+            per_pod = self._reserved.get((g.node, g.gpu_uuid), {})
+            left = per_pod.pop(pod_uid, 0) - g.memory_mib
             if left > 0:
-                self._reserved[g.node, g.gpu_uuid] = left
-            else:
+                per_pod[pod_uid] = left
+            if not per_pod:
                 self._reserved.pop((g.node, g.gpu_uuid), None)
         self._touch_nodes({g.node for g in grants})
         return grants
@@ -293,18 +269,7 @@ class Inventory:
             return self._build_view(name, node)
 
     def _build_view(self, name: str, node: _Node) -> NodeView:
-        gpus = tuple(
-            GpuView(
-                uuid=g.uuid,
-                index=g.index,
-                model=g.model,
-                total_mib=g.total_mib,
-                committed_mib=max(g.used_mib, self._reserved.get((name, g.uuid), 0)),
-                reserved_mib=self._reserved.get((name, g.uuid), 0),
-                mig_profile=g.mig_profile,
-            )
-            for g in node.gpus
-        )
+        gpus = tuple(self._gpu_view(g, self._reserved.get((name, g.uuid), {})) for g in node.gpus)
         plain = [g for g in node.gpus if not g.mig_profile]
         price = self._pricebook.node_price(
             node.facts.instance_type,
@@ -323,6 +288,59 @@ class Inventory:
             version=node.version,
         )
         return node.view
+
+    def view_without(self, name: str, pod_uids: Collection[str]) -> NodeView | None:
+        """The node as if these pods were gone (what evicting them frees, for preemption):
+        their grants and their measured use out of every GPU's committed memory, so an
+        overrunning victim frees all it holds, not just its grant. Not cached."""
+        gone = set(pod_uids)
+        with self._lock:
+            node, view = self._nodes.get(name), self.view(name)
+            if node is None or view is None:
+                return None
+            gpus = tuple(
+                self._gpu_view(
+                    msgspec.structs.replace(
+                        g, pod_used=tuple(pu for pu in g.pod_used if pu[0] not in gone)
+                    ),
+                    {
+                        p: m
+                        for p, m in self._reserved.get((name, g.uuid), {}).items()
+                        if p not in gone
+                    },
+                )
+                for g in node.gpus
+            )
+        return msgspec.structs.replace(view, gpus=gpus, version=-1)
+
+    def _gpu_view(self, g: MeasuredGpu, granted: dict[str, int]) -> GpuView:
+        """One unit as scoring sees it: committed per pod (``state.committed``), with the
+        pods that hold more than their grant named, so a refusal can say who."""
+        whole = g.total_mib if g.mig_profile else None
+        used = dict(g.pod_used) if g.pod_used else {}
+        held = committed(granted, used, g.unattributed_mib, whole_mib=whole)
+        overruns = (
+            tuple(
+                Overrun(self._pod_name(e.pod_uid), e.used_mib, e.granted_mib) for e in held.excess
+            )
+            if held.excess
+            else ()
+        )
+        return GpuView(
+            uuid=g.uuid,
+            index=g.index,
+            model=g.model,
+            total_mib=g.total_mib,
+            committed_mib=held.mib,
+            reserved_mib=sum(granted.values()),
+            mig_profile=g.mig_profile,
+            overruns=overruns,
+        )
+
+    def _pod_name(self, uid: str) -> str:
+        """``namespace/name`` of a pod the extender granted something, else its UID."""
+        grants = self._grants.get(uid)
+        return f"{grants[0].namespace}/{grants[0].name}" if grants and grants[0].name else uid
 
     # --- internals -------------------------------------------------------------------
 

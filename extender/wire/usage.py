@@ -15,7 +15,8 @@ Processes that could not be mapped to a pod are not leaks (their owner is unknow
 show up as unattributed memory instead).
 
 The agent uses these for its ``/metrics``; the extender uses the same functions on the
-same report for its ledger samples and discrepancies, so both count alike.
+same report for its ledger samples, discrepancies and each GPU's committed memory
+(``extender.state.committed``), so both count alike.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from extender.wire.report import GpuReport, NodeReport, PodGrant, ProcessReport
+from extender.wire.report import GpuReport, MigReport, NodeReport, PodGrant, ProcessReport
 
 # --- per-pod usage and unattributed memory -------------------------------------------
 
@@ -42,8 +43,13 @@ class PodUsage:
     processes: int
 
 
-def _placed(gpu: GpuReport) -> Iterator[tuple[str, ProcessReport]]:
-    """Every process on a GPU with the MIG instance it runs on ("" for the whole GPU)."""
+def _placed(gpu: GpuReport | MigReport) -> Iterator[tuple[str, ProcessReport]]:
+    """Every process on a GPU with the MIG instance it runs on ("" for the whole GPU);
+    given one MIG instance, the processes on that instance alone."""
+    if isinstance(gpu, MigReport):
+        for p in gpu.processes:
+            yield gpu.uuid, p
+        return
     for p in gpu.processes:
         yield "", p
     for m in gpu.mig:
@@ -69,18 +75,41 @@ def pod_usage(report: NodeReport) -> list[PodUsage]:
     ]
 
 
-def attributed_mib(gpu: GpuReport) -> int:
-    """Memory on this GPU (whole or any MIG instance) that belongs to a known pod."""
-    return sum(p.used_mib or 0 for _, p in _placed(gpu) if p.pod_uid is not None)
+def pods_mib(unit: GpuReport | MigReport) -> dict[str, int]:
+    """``pod_usage`` of one GPU or MIG instance summed over containers: MiB per pod UID."""
+    out: dict[str, int] = {}
+    for _, p in _placed(unit):
+        if p.pod_uid is not None:
+            out[p.pod_uid] = out.get(p.pod_uid, 0) + (p.used_mib or 0)
+    return out
 
 
-def unattributed_mib(gpu: GpuReport) -> int:
-    """Device used memory that no pod accounts for: the one definition.
+def attributed_mib(gpu: GpuReport | MigReport) -> int:
+    """Memory on this GPU (whole or any MIG instance), or on this one MIG instance, that
+    belongs to a known pod."""
+    return sum(pods_mib(gpu).values())
+
+
+def unattributed_mib(gpu: GpuReport | MigReport) -> int:
+    """Device used memory that no pod accounts for. Given a MIG instance, that
+    instance's (the extender places pods on instances, not parents)."""
+    return _unattributed(gpu, attributed_mib(gpu))
+
+
+def unit_use(unit: GpuReport | MigReport) -> tuple[dict[str, int], int]:
+    """``pods_mib`` and ``unattributed_mib`` of one GPU or MIG instance from one pass
+    over its processes: what the extender's committed memory charges, per report."""
+    pods = pods_mib(unit)
+    return pods, _unattributed(unit, sum(pods.values()))
+
+
+def _unattributed(unit: GpuReport | MigReport, attributed: int) -> int:
+    """The one definition of unattributed memory: device use beyond the pods'.
 
     Never negative (NVML's per-process figures are rounded separately from the device
     total). Includes the memory of a pod's process whose size NVML could not tell; see
     ``pods_measured`` for whether any of it may be a pod's."""
-    return max(0, gpu.memory_used_mib - attributed_mib(gpu))
+    return max(0, unit.memory_used_mib - attributed)
 
 
 def pods_measured(gpu: GpuReport) -> bool:
