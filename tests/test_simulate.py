@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from extender.cli import main
+from extender.simulate.progress import Progress
 
 
 def run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -140,3 +142,26 @@ def test_progress_off_a_terminal_and_the_ledgers_it_names(tmp_path: Path) -> Non
         f"headroom simulate: --db: {tmp_path / 'sim-binpack.db'} exists; "
         "remove it or name another file"
     )
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_is_a_bar_on_a_terminal_and_lines_elsewhere() -> None:
+    for out in (_Terminal(), io.StringIO()):
+        progress = Progress(60, out)
+        progress.advance(30)
+        progress.finished("fgd", 25, 30)
+        progress.advance(30)
+        progress.finished("binpack", 28, 30)
+        progress.close()
+        text = out.getvalue()
+        if out.isatty():
+            assert "60/60" in text and "done at" not in text
+        else:
+            assert [line.split()[:3] for line in text.splitlines()] == [
+                ["simulate:", "fgd", "done"],
+                ["simulate:", "binpack", "done"],
+            ]
