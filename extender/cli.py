@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ssl
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
@@ -231,18 +232,46 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except (ValueError, OSError, LedgerUnavailable) as e:
-        print(f"headroom {args.cmd}: {one_line(e)}", file=sys.stderr)
+        print(f"headroom {args.cmd}: {one_line(e, _flags_of(parser, args.cmd))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
 
 
-def one_line(e: BaseException) -> str:
-    """``e`` as one line: an OS error as ``path: reason`` (not ``[Errno 2] ...``), and
-    a driver's multi-line message (libpq's hints) folded onto one line."""
+def one_line(e: BaseException, flags: dict[str, str] | None = None) -> str:
+    """``e`` as one line: an OS error as ``path: reason`` (not ``[Errno 2] ...``), a
+    settings error as the flag (or HEADROOM_ variable) and what it must be, and a
+    driver's multi-line message (libpq's hints) folded onto one line."""
     if isinstance(e, OSError) and e.filename is not None and e.strerror:
         return f"{e.filename}: {e.strerror}"
+    if isinstance(e, ssl.SSLError):  # "[SSL] PEM lib (_ssl.c:3905)" names no file
+        return f"TLS: {e.reason or e}: check --tls-cert-file and --tls-key-file (PEM)"
+    problems = _setting_problems(e, flags or {})
+    if problems:
+        return "; ".join(problems)
     return " ".join(str(e).split()) or type(e).__name__
+
+
+def _setting_problems(e: BaseException, flags: dict[str, str]) -> list[str]:
+    """pydantic's ValidationError from ``Settings``, one ``--flag: must ...`` each."""
+    errors = getattr(e, "errors", None)
+    if not callable(errors) or type(e).__name__ != "ValidationError":
+        return []
+    out = []
+    for err in errors(include_url=False):
+        name = str(err["loc"][0]) if err.get("loc") else "settings"
+        where = f"{flags.get(name, '--' + name.replace('_', '-'))} (or HEADROOM_{name.upper()})"
+        out.append(f"{where}: {str(err['msg']).lower()}, not {str(err.get('input'))[:40]!r}")
+    return out
+
+
+def _flags_of(parser: argparse.ArgumentParser, cmd: str) -> dict[str, str]:
+    """Each of the command's settings (its argparse dest) -> the flag that sets it."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and cmd in action.choices:
+            sub = action.choices[cmd]
+            return {a.dest: a.option_strings[-1] for a in sub._actions if a.option_strings}
+    return {}
 
 
 if __name__ == "__main__":

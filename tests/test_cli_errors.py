@@ -35,6 +35,7 @@ def error_lines(stderr: str) -> list[str]:
     "case, args, says",
     [
         ("flag value", ["serve", "--port", "eighty"], "--port"),
+        ("setting out of range", ["serve", "--stale-after", "-1"], "--stale-after"),
         ("unknown command", ["serve-all"], "invalid choice"),
         ("missing token file", ["serve", "--agent-token-file", "{tmp}/no-such-token"], "no-such"),
         ("token file is a folder", ["serve", "--agent-token-file", "{tmp}"], "Is a directory"),
