@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import ssl
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from extender import __version__
+from extender.core.allocation import LedgerUnavailable
 from extender.scoring import POLICIES
 
 
@@ -128,34 +130,81 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _simulate_parser(sub: argparse._SubParsersAction) -> None:
+    from extender.simulate import flags
+
     p = sub.add_parser(
         "simulate",
         help="place a synthetic GPU workload on a simulated "
         "Karpenter cluster through a real extender over HTTP",
+        description="Schedule a seeded GPU workload on a simulated Karpenter cluster through "
+        "a real extender over HTTP, once per policy, and compare the policies: placement, "
+        "fragmentation, cost, and each run's chargeback from its own ledger. Progress goes "
+        "to stderr: a bar on a terminal, else one line per policy.",
     )
-    p.add_argument("--nodes", type=int, default=40)
-    p.add_argument("--pods", type=int, default=600)
+    p.add_argument(
+        "--nodes", type=flags.positive_int, default=40, help="simulated GPU nodes (default 40)"
+    )
+    p.add_argument(
+        "--pods", type=flags.positive_int, default=600, help="pods that arrive (default 600)"
+    )
     p.add_argument(
         "--policy",
-        default="binpack,spread,fgd,headroom",
-        help="policy or comma-separated policies to compare",
+        type=flags.policies,
+        default=flags.DEFAULT_POLICIES,
+        help=f"policy or comma-separated policies to compare, from {', '.join(sorted(POLICIES))} "
+        f"(default {flags.DEFAULT_POLICIES})",
     )
-    p.add_argument("--cost-weight", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=7)
-    p.add_argument("--db", help="keep the run's ledger here (default: a temporary file)")
-    p.add_argument("--plot", help="write a PNG comparing the policies")
+    p.add_argument(
+        "--cost-weight",
+        type=flags.cost_weight,
+        default=1.0,
+        help="weight of the cost term against the policy's score (default 1)",
+    )
+    p.add_argument(
+        "--seed", type=flags.seed, default=7, help="seed of the cluster and workload (default 7)"
+    )
+    p.add_argument(
+        "--db",
+        type=flags.new_file,
+        metavar="PATH",
+        help="keep the runs' SQLite ledgers: PATH itself for one policy; for several, one "
+        "per policy beside it (sim.db -> sim-binpack.db, sim-fgd.db, ...), each file named "
+        "on stderr; refuses a file that exists (default: throwaway ledgers)",
+    )
+    p.add_argument(
+        "--plot", type=flags.new_file, metavar="PNG", help="write a PNG comparing the policies"
+    )
     p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument(
+        "--jobs",
+        type=flags.positive_int,
+        help="policies run at once, each in its own process (default: the CPU count); "
+        "the numbers do not depend on it",
+    )
     p.set_defaults(func=_simulate)
 
 
 def _simulate(args: argparse.Namespace) -> int:
+    from extender.simulate import SimulationFailed
     from extender.simulate.run import main as simulate_main
 
-    return simulate_main(args)
+    try:
+        return simulate_main(args)
+    except SimulationFailed as e:
+        print(f"headroom simulate: {one_line(e)}", file=sys.stderr)
+        return 1
+
+
+class _Parser(argparse.ArgumentParser):
+    """A wrong flag is one line that names it and says what to fix; the synopsis argparse
+    prints first (several wrapped lines for ``serve``) is what ``--help`` is for."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="headroom", description=__doc__)
+    parser = _Parser(prog="headroom", description=__doc__)
     parser.add_argument("--version", action="version", version=f"headroom {__version__}")
     sub = parser.add_subparsers(dest="cmd", required=True)
     _serve_parser(sub)
@@ -176,13 +225,53 @@ def _optional_commands() -> list[Callable[[Any], object]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command. A user's mistake (a bad value, a file that cannot be read, a
+    ledger that cannot be opened) is one line on stderr and exit 2, never a traceback."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (ValueError, OSError) as e:
-        print(f"headroom {args.cmd}: {e}", file=sys.stderr)
+    except (ValueError, OSError, LedgerUnavailable) as e:
+        print(f"headroom {args.cmd}: {one_line(e, _flags_of(parser, args.cmd))}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def one_line(e: BaseException, flags: dict[str, str] | None = None) -> str:
+    """``e`` as one line: an OS error as ``path: reason`` (not ``[Errno 2] ...``), a
+    settings error as the flag (or HEADROOM_ variable) and what it must be, and a
+    driver's multi-line message (libpq's hints) folded onto one line."""
+    if isinstance(e, OSError) and e.filename is not None and e.strerror:
+        return f"{e.filename}: {e.strerror}"
+    if isinstance(e, ssl.SSLError):  # "[SSL] PEM lib (_ssl.c:3905)" names no file
+        return f"TLS: {e.reason or e}: check --tls-cert-file and --tls-key-file (PEM)"
+    problems = _setting_problems(e, flags or {})
+    if problems:
+        return "; ".join(problems)
+    return " ".join(str(e).split()) or type(e).__name__
+
+
+def _setting_problems(e: BaseException, flags: dict[str, str]) -> list[str]:
+    """pydantic's ValidationError from ``Settings``, one ``--flag: must ...`` each."""
+    errors = getattr(e, "errors", None)
+    if not callable(errors) or type(e).__name__ != "ValidationError":
+        return []
+    out = []
+    for err in errors(include_url=False):
+        name = str(err["loc"][0]) if err.get("loc") else "settings"
+        where = f"{flags.get(name, '--' + name.replace('_', '-'))} (or HEADROOM_{name.upper()})"
+        out.append(f"{where}: {str(err['msg']).lower()}, not {str(err.get('input'))[:40]!r}")
+    return out
+
+
+def _flags_of(parser: argparse.ArgumentParser, cmd: str) -> dict[str, str]:
+    """Each of the command's settings (its argparse dest) -> the flag that sets it."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and cmd in action.choices:
+            sub = action.choices[cmd]
+            return {a.dest: a.option_strings[-1] for a in sub._actions if a.option_strings}
+    return {}
 
 
 if __name__ == "__main__":

@@ -120,7 +120,8 @@ def bad(param: str, why: str) -> HTTPException:
 
 
 def parse_time(param: str, value: str | None) -> float | None:
-    """RFC3339 (with an offset or Z) or Unix seconds; anything else is a 400."""
+    """RFC3339 (with an offset or Z), a date (UTC midnight) or Unix seconds; anything
+    else is a 400."""
     if value is None or value == "":
         return None
     try:
@@ -195,8 +196,9 @@ def _window(start: str | None, end: str | None) -> tuple[float | None, float | N
 
 
 Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT, description=f"page size, 1..{MAX_LIMIT}")]
-Time = Annotated[str | None, Query(description="RFC3339 or unix seconds")]
-FromTime = Annotated[str | None, Query(alias="from", description="RFC3339 or unix seconds")]
+WHEN = "RFC3339, a date (UTC midnight) or unix seconds"
+Time = Annotated[str | None, Query(description=WHEN)]
+FromTime = Annotated[str | None, Query(alias="from", description=WHEN)]
 
 
 def audit_router(get_ledger: Callable[[], Ledger], clock: Clock) -> APIRouter:

@@ -73,14 +73,16 @@ def _common(p: argparse.ArgumentParser, window: bool) -> None:
             dest="start",
             type=_when,
             default=None,
-            help="RFC3339 or unix seconds (default: start of this month, UTC)",
+            help="a date (2026-01-01: UTC midnight), RFC3339 with a zone, or unix seconds "
+            "(default: start of this month, UTC)",
         )
         p.add_argument(
             "--to",
             dest="end",
             type=_when,
             default=None,
-            help="RFC3339 or unix seconds (default: now)",
+            help="a date (2026-01-01: UTC midnight), RFC3339 with a zone, or unix seconds "
+            "(default: now)",
         )
 
 

@@ -73,7 +73,7 @@ class PostgresDialect:
                 tcp_user_timeout=ms,
             )
         except psycopg.Error as exc:
-            raise LedgerUnavailable(f"postgresql: cannot connect: {exc}") from exc
+            raise LedgerUnavailable(f"postgresql: cannot connect: {_line(exc)}") from exc
         self._local.conn = conn
         with self._lock:
             self._all.append(conn)
@@ -97,11 +97,11 @@ class PostgresDialect:
             raise UniqueConflict(str(exc)) from exc
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             self._drop(conn)
-            raise LedgerUnavailable(f"postgresql: {exc}", maybe_written=committing) from exc
+            raise LedgerUnavailable(f"postgresql: {_line(exc)}", maybe_written=committing) from exc
         except psycopg.DatabaseError as exc:
             if conn.broken or conn.closed:
                 self._drop(conn)
-            raise LedgerUnavailable(f"postgresql: {exc}", maybe_written=committing) from exc
+            raise LedgerUnavailable(f"postgresql: {_line(exc)}", maybe_written=committing) from exc
 
     def write(self) -> AbstractContextManager[psycopg.Connection]:
         return self._tx("SELECT seq FROM chain_head WHERE id = 1 FOR UPDATE")
@@ -137,3 +137,9 @@ def _placeholders(statement: str) -> str:
     if out is None:
         out = _cache[statement] = statement.replace("%", "%%").replace("?", "%s")
     return out
+
+
+def _line(exc: Exception) -> str:
+    """libpq's message on one line (it adds hints on their own lines): what a log field
+    and a CLI error line can carry."""
+    return " ".join(str(exc).split())

@@ -1,23 +1,31 @@
-"""Run the simulation once per policy against a real extender and compare them."""
+"""Run the simulation once per policy against a real extender and compare them.
+
+Each policy's run starts a real extender (``extender.wiring.build``) on a loopback
+socket; simulated agents report to it over HTTP and a simulated kube-scheduler drives
+filter, prioritize and bind through it, on a manual clock. An agent reports when its
+node changed (a pod started or ended) and otherwise only before its last report would
+go stale: between those moments a simulated GPU reads the same, and re-sending it was
+nine in ten of the requests and three quarters of the time of a run (docs/BENCHMARKS.md).
+"""
 
 from __future__ import annotations
 
 import argparse
 import heapq
 import json
+import math
+import os
+import shutil
 import sys
 import tempfile
-from dataclasses import asdict, dataclass, field
-from decimal import Decimal
+from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 
 import msgspec
-from tqdm import tqdm
 
 from drivers.agent.loop import build_report
 from drivers.gpu.simulated import SimulatedDriver
-from extender.core.httpclient import make_client
-from extender.core.table import align
 from extender.ledger import chargeback_report
 from extender.pricing import load_pricebook
 from extender.scheduling.binder import InProcessBinder
@@ -25,33 +33,23 @@ from extender.scoring.batch import GpuBatch
 from extender.scoring.fragmentation import fragmentation_of
 from extender.settings import Settings
 from extender.simulate.cluster import SimNode, make_cluster
+from extender.simulate.flags import ledger_paths
+from extender.simulate.loopback import LoopbackClient
+from extender.simulate.progress import Progress
+from extender.simulate.results import PolicyResult, chargeback_table, policy_table
 from extender.simulate.scheduler import SchedulerDriver
 from extender.simulate.server_thread import ServerThread
+from extender.simulate.workers import run_policies
 from extender.simulate.workload import SimPod, make_workload
 from extender.wire.annotations import ANN_GPU_MEMORY_MIB, ANN_GPU_UUIDS
 from extender.wire.clock import ManualClock
 from extender.wiring import build
 
-REPORT_EVERY_S = 120.0
+REPORT_EVERY_S = 120.0  # the simulated clock's tick: pods that ended are released on it
+STALE_AFTER_S = 10 * REPORT_EVERY_S
+HEARTBEAT_S = STALE_AFTER_S - REPORT_EVERY_S  # an unchanged node reports this often
 TOKEN = "simulate-agent-token"
-
-
-@dataclass
-class PolicyResult:
-    policy: str
-    placed: int
-    unplaceable: int
-    allocation_rate: float  # granted / total GPU memory when arrivals end
-    fragmentation: float  # share of free GPU memory the workload mix cannot use
-    idle_gpus: int
-    cluster_usd_per_hour: float  # nodes holding at least one pod (what Karpenter keeps)
-    usd_per_gib_hour: float  # node cost over the run / GiB-hours granted
-    on_demand_pods_on_spot: int
-    ledger: str
-    # the run's chargeback from its ledger, by namespace: USD as strings (exact)
-    charges: dict[str, str] = field(default_factory=dict)
-    idle_usd: str = "0"
-    gpu_bill_usd: str = "0"  # the nodes' GPU cost over the run = charges + idle
+SCRATCH_MIN_FREE = 512 << 20  # bytes free on /dev/shm to keep throwaway ledgers there
 
 
 class _Run:
@@ -67,7 +65,7 @@ class _Run:
             policy=policy,
             cost_weight=args.cost_weight,
             agent_token_file=token_file,
-            stale_after=10 * REPORT_EVERY_S,
+            stale_after=STALE_AFTER_S,
         )
         self.built = build(settings, clock=self.clock, binder=self.binder)
         self.nodes = {n.name: n for n in nodes}
@@ -83,20 +81,35 @@ class _Run:
         self.last_t = self.clock.now()
         self.db = db
         self.t0 = self.clock.now()
+        self.reported: dict[str, float] = {}  # node -> when its agent last reported
+        self.changed: set[str] = set()  # nodes whose GPUs changed since they reported
+        self.reports = 0
 
-    def report(self, client: object, node: str) -> None:
+    def report(self, client: LoopbackClient, node: str) -> None:
         rep = build_report(self.drivers[node], node, self.drivers[node].attribute, self.clock)
         rep.labels = self.nodes[node].labels
-        client.post("/v1/reports", content=msgspec.json.encode(rep))  # type: ignore[attr-defined]
+        client.post("/v1/reports", msgspec.json.encode(rep))
+        self.reported[node] = self.clock.now()
+        self.changed.discard(node)
+        self.reports += 1
 
-    def advance(self, t: float, client: object) -> None:
+    def report_due(self, client: LoopbackClient) -> None:
+        """Before the scheduler looks: every node that changed, and every node whose last
+        report would soon be stale. The extender then sees what a per-tick report would
+        have shown it, so placements are the same."""
+        now = self.clock.now()
+        for n in self.nodes:
+            if n in self.changed or now - self.reported.get(n, -math.inf) >= HEARTBEAT_S:
+                self.report(client, n)
+
+    def advance(self, t: float, client: LoopbackClient) -> None:
         self._integrate(t)
         while self.active and self.active[0][0] <= t:
             _, uid, node = heapq.heappop(self.active)
-            client.post(f"/v1/pods/{uid}/release", params={"reason": "completed"})  # type: ignore[attr-defined]
+            client.post(f"/v1/pods/{uid}/release", params={"reason": "completed"})
             self.drivers[node].end_pod(uid)
             self.pods_on[node] -= 1
-            self.report(client, node)
+            self.changed.add(node)
 
     def _integrate(self, t: float) -> None:
         dt_h = (t - self.last_t) / 3600
@@ -114,7 +127,7 @@ class _Run:
         inv = self.built.service.inventory
         return sum(g.reserved_mib for n in self.nodes if (v := inv.view(n)) for g in v.gpus)
 
-    def place(self, pod: SimPod, sched: SchedulerDriver, client: object) -> str | None:
+    def place(self, pod: SimPod, sched: SchedulerDriver) -> str | None:
         """Schedule one pod; on success start its processes and return its node."""
         outcome = sched.schedule(pod.manifest())
         if outcome.node is None:
@@ -128,33 +141,32 @@ class _Run:
             self.active, (pod.arrival_s + self.t0 + pod.lifetime_s, pod.uid, outcome.node)
         )
         self.pods_on[outcome.node] += 1
-        self.report(client, outcome.node)
+        self.changed.add(outcome.node)
         return outcome.node
 
-    def execute(self, pods: list[SimPod], progress: tqdm) -> PolicyResult:
+    def execute(self, pods: list[SimPod], advance: Callable[[int], None]) -> PolicyResult:
         placed = unplaceable = od_on_spot = 0
         self.t0 = self.clock.now()
-        with ServerThread(self.built.app) as url, make_client(url, TOKEN) as client:
-            for n in self.nodes:
-                self.report(client, n)
+        with ServerThread(self.built.app) as url, LoopbackClient(url, TOKEN) as client:
+            self.report_due(client)  # every agent's first report
             sched = SchedulerDriver(client, sorted(self.nodes), self.seed)
             next_round = self.t0 + REPORT_EVERY_S
             for pod in pods:
                 t = self.t0 + pod.arrival_s
                 while next_round <= t:
                     self.advance(next_round, client)
-                    for n in self.nodes:
-                        self.report(client, n)
                     next_round += REPORT_EVERY_S
                 self.advance(t, client)
-                node = self.place(pod, sched, client)
+                self.report_due(client)
+                node = self.place(pod, sched)
                 if node is not None:
                     placed += 1
                     spot = self.nodes[node].capacity_type == "spot"
                     od_on_spot += pod.on_demand_only and spot
                 else:
                     unplaceable += 1
-                progress.update(1)
+                advance(1)
+            self.report_due(client)  # the last placements, as the agents would show them
             result = self._result(placed, unplaceable, od_on_spot)
         return self._charge(result)
 
@@ -194,93 +206,66 @@ class _Run:
             usd_per_gib_hour=self.cost_integral / self.gib_integral if self.gib_integral else 0.0,
             on_demand_pods_on_spot=int(od_on_spot),
             ledger=self.db,
+            reports=self.reports,
         )
-
-
-def _table(results: list[PolicyResult]) -> str:
-    head = (
-        "policy",
-        "placed",
-        "unplaceable",
-        "GPU mem alloc",
-        "fragmentation",
-        "idle GPUs",
-        "$/h in use",
-        "$/GiB-h",
-        "on-demand pods on spot",
-    )
-    rows = [
-        (
-            r.policy,
-            str(r.placed),
-            str(r.unplaceable),
-            f"{r.allocation_rate:.1%}",
-            f"{r.fragmentation:.1%}",
-            str(r.idle_gpus),
-            f"{r.cluster_usd_per_hour:,.2f}",
-            f"{r.usd_per_gib_hour:.4f}",
-            str(r.on_demand_pods_on_spot),
-        )
-        for r in results
-    ]
-    return align([head, *rows], right_from=1, rule=True)
-
-
-def _chargeback_table(results: list[PolicyResult]) -> str:
-    """USD per namespace for each policy's run; charges + idle must equal the GPU bill."""
-    namespaces = sorted({ns for r in results for ns in r.charges})
-    head = ["chargeback (USD)", *(r.policy for r in results)]
-    rows = [[ns, *(r.charges.get(ns, "0.00") for r in results)] for ns in namespaces]
-    rows.append(["idle (granted to no pod)", *(r.idle_usd for r in results)])
-    rows.append(["= GPU bill of the nodes", *(r.gpu_bill_usd for r in results)])
-    balanced = all(
-        sum(Decimal(v) for v in r.charges.values()) + Decimal(r.idle_usd) == Decimal(r.gpu_bill_usd)
-        for r in results
-    )
-    check = "charges + idle = GPU bill, to the cent" if balanced else "MISMATCH: charges + idle"
-    return align([head, *rows], right_from=1, rule=True) + f"\n{check}"
 
 
 def main(args: argparse.Namespace) -> int:
-    policies = [p.strip() for p in args.policy.split(",") if p.strip()]
+    policies: list[str] = args.policy
+    dbs = ledger_paths(args.db, policies) if args.db else {}
     nodes = make_cluster(args.nodes, args.seed, load_pricebook())
     pods = make_workload(args.pods, args.seed)
-    results = []
-    with tempfile.TemporaryDirectory(prefix="headroom-sim-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="headroom-sim-", dir=_scratch()) as tmp:
         token_file = Path(tmp, "token")
         token_file.write_text(TOKEN)
-        with tqdm(
-            total=len(pods) * len(policies),
-            desc="simulating",
-            unit="pod",
-            file=sys.stderr,
-            disable=None,
-        ) as progress:
-            for policy in policies:
-                progress.set_postfix_str(policy)
-                db = _db_path(args.db, policy, len(policies), tmp)
-                results.append(
-                    _Run(policy, nodes, args, db, str(token_file)).execute(pods, progress)
-                )
-        if args.json:
-            print(json.dumps([asdict(r) for r in results], indent=2))
-        else:
-            print(f"\n{len(nodes)} nodes, {len(pods)} pods, seed {args.seed}\n")
-            print(_table(results))
-            print()
-            print(_chargeback_table(results))
-        if args.plot:
-            from extender.simulate.plot import plot
 
-            plot(results, args.plot)
-            print(f"\nplot written to {args.plot}", file=sys.stderr)
+        def run_one(policy: str, advance: Callable[[int], None]) -> PolicyResult:
+            db = dbs.get(policy) or str(Path(tmp, f"ledger-{policy}.db"))
+            return _Run(policy, nodes, args, db, str(token_file)).execute(pods, advance)
+
+        progress = Progress(len(pods) * len(policies))
+        try:
+            results = run_policies(
+                policies,
+                run_one,
+                args.jobs or _cpus(),
+                progress.advance,
+                lambda r: progress.finished(r.policy, r.placed, len(pods)),
+            )
+        finally:
+            progress.close()
+    if args.json:
+        print(json.dumps([asdict(r) for r in results], indent=2))
+    else:
+        print(f"\n{len(nodes)} nodes, {len(pods)} pods, seed {args.seed}\n")
+        print(policy_table(results))
+        print()
+        print(chargeback_table(results))
+    for policy, db in dbs.items():
+        print(f"ledger of {policy} written to {db}", file=sys.stderr)
+    if args.plot:
+        from extender.simulate.plot import plot
+
+        plot(results, args.plot)
+        print(f"plot written to {args.plot}", file=sys.stderr)
     return 0
 
 
-def _db_path(db: str | None, policy: str, n_policies: int, tmp: str) -> str:
-    if db is None:
-        return str(Path(tmp, f"ledger-{policy}.db"))
-    if n_policies == 1:
-        return db
-    p = Path(db)
-    return str(p.with_name(f"{p.stem}-{policy}{p.suffix or '.db'}"))
+def _cpus() -> int:
+    """The CPUs this process may run on (a container's share, not the host's)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _scratch() -> str | None:
+    """Where the throwaway ledgers go: memory-backed /dev/shm when it has room, where a
+    commit's fsync costs nothing (the default temp folder otherwise). A ledger named
+    with ``--db`` is written where it is named, durably, as ``serve`` writes it."""
+    shm = "/dev/shm"
+    try:
+        ok = os.access(shm, os.W_OK) and shutil.disk_usage(shm).free > SCRATCH_MIN_FREE
+    except OSError:
+        ok = False
+    return shm if ok else None

@@ -12,8 +12,9 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import msgspec
+
+from extender.simulate.loopback import LoopbackClient
 
 EXTENDER_WEIGHT = 5
 
@@ -25,19 +26,13 @@ class Outcome:
 
 
 class SchedulerDriver:
-    def __init__(self, client: httpx.Client, node_names: list[str], seed: int) -> None:
+    def __init__(self, client: LoopbackClient, node_names: list[str], seed: int) -> None:
         self.client = client
         self.nodes = node_names
         self.rng = random.Random(seed)
 
     def _post(self, verb: str, body: dict[str, Any]) -> Any:
-        r = self.client.post(
-            f"/{verb}",
-            content=msgspec.json.encode(body),
-            headers={"Content-Type": "application/json"},
-        )
-        r.raise_for_status()
-        return msgspec.json.decode(r.content)
+        return msgspec.json.decode(self.client.post(f"/{verb}", msgspec.json.encode(body)))
 
     def schedule(self, pod: dict[str, Any]) -> Outcome:
         meta = pod["metadata"]
