@@ -29,6 +29,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from extender.settings import Settings
+
 ROOT = Path(__file__).resolve().parents[1]
 MANIFESTS = ROOT / "manifests"
 BUILD_KUSTOMIZE = ROOT / "tests" / "tools" / "build_kustomize.sh"
@@ -285,7 +287,26 @@ def test_scheduler_config_follows_the_extender_rules(path: Path) -> None:
     assert le["leaderElect"] is True
     assert le["resourceNamespace"] == "headroom-system"
     assert le["resourceName"] == "headroom-scheduler"
-    assert "clientConnection" not in cfg, "in-cluster config: no kubeconfig path"
+    # in-cluster config: no kubeconfig path; the scheduler's own client raised past the
+    # default 50 QPS that held a backlog to ~50 pods/s (docs/deploy.md)
+    assert "kubeconfig" not in cfg["clientConnection"]
+    assert cfg["clientConnection"]["qps"] >= 200 and cfg["clientConnection"]["burst"] >= 400
+    assert cfg["percentageOfNodesToScore"] == 100  # the extender sees every feasible node
+    assert cfg["parallelism"] == 16
+
+
+@pytest.mark.parametrize(
+    "path", [SCHEDULER_CONFIG, DEFAULT_PROFILE_CONFIG], ids=["scheduler", "default-profile"]
+)
+def test_extender_http_timeout_outlasts_the_bind_worst_case(path: Path) -> None:
+    """kube-scheduler abandons an extender call after httpTimeout: the extender must
+    answer a bind (its ledger wait, or a retried bind's wait for the first) before that,
+    so a change to either default breaks this test before it breaks a cluster."""
+    (ext,) = yaml.safe_load(path.read_text())["extenders"]
+    timeout_s = float(ext["httpTimeout"].removesuffix("s"))
+    defaults = Settings()
+    assert timeout_s > defaults.ledger_timeout + 0.5  # the bind's ledger deadline
+    assert timeout_s > defaults.bind_wait
 
 
 @pytest.mark.parametrize(
@@ -338,7 +359,8 @@ def _load_with_kube_scheduler(binary: str, cfg: dict[str, Any], tmp: Path) -> tu
         )
     )
     config = tmp / "config.yaml"
-    config.write_text(yaml.safe_dump({**cfg, "clientConnection": {"kubeconfig": str(kubeconfig)}}))
+    connection = {**cfg["clientConnection"], "kubeconfig": str(kubeconfig)}
+    config.write_text(yaml.safe_dump({**cfg, "clientConnection": connection}))
     out = tmp / "written.yaml"
     proc = subprocess.run(
         [binary, "--config", str(config), "--write-config-to", str(out)],

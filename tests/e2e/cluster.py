@@ -312,7 +312,7 @@ def render_scheduler_config(
     Every other extender field (verbs, weight, nodeCacheCapable, timeout, ignorable, no
     managedResources) is exactly what a cluster gets."""
     doc: dict[str, Any] = yaml.safe_load(SCHEDULER_CONFIG.read_text())
-    doc["clientConnection"] = {"kubeconfig": str(kubeconfig)}
+    doc["clientConnection"] = {**doc.get("clientConnection", {}), "kubeconfig": str(kubeconfig)}
     doc["leaderElection"] = {"leaderElect": leader_elect}
     for profile in doc["profiles"]:
         profile["schedulerName"] = "default-scheduler"
