@@ -32,6 +32,7 @@ from extender.ledger.base import Ledger
 from extender.ledger.metrics import SCHEDULING
 from extender.ledger.records import AllocationFilter
 from extender.pricing import NodePrice
+from extender.pricing.mig import mig_share
 from extender.scheduling.asks import Asks
 from extender.scheduling.binder import Binder, BindError
 from extender.scheduling.config import ServiceConfig
@@ -294,8 +295,9 @@ class Binding:
 
 
 def grant(gpu: GpuView, demand: GpuDemand, price: NodePrice | None) -> GpuGrant:
-    """One GPU's share of a decision: the whole GPU (exclusive, MIG slice) or the
-    memory asked for, priced pro rata of the GPU's memory."""
+    """One GPU's share of a decision: the whole GPU (exclusive), a MIG instance (priced
+    by its memory slices of the parent GPU), or the memory asked for (priced pro rata of
+    the GPU's memory)."""
     if demand.mig_profile:
         sharing, mib = Sharing.MIG, gpu.total_mib
     elif demand.memory_mib is None:
@@ -303,6 +305,10 @@ def grant(gpu: GpuView, demand: GpuDemand, price: NodePrice | None) -> GpuGrant:
     else:
         sharing, mib = Sharing.SHARED, demand.memory_mib
     per_gpu = price.per_gpu_hour if price else Decimal(0)
+    if sharing == Sharing.MIG:  # its memory slices' share of the parent (pricing/mig.py)
+        share = mig_share(gpu.mig_profile, gpu.total_mib, gpu.parent_total_mib)
+    else:
+        share = Decimal(mib) / gpu.total_mib if gpu.total_mib else Decimal(0)
     return GpuGrant(
         gpu_uuid=gpu.uuid,
         gpu_index=gpu.index,
@@ -310,7 +316,7 @@ def grant(gpu: GpuView, demand: GpuDemand, price: NodePrice | None) -> GpuGrant:
         memory_mib=mib,
         gpu_total_mib=gpu.total_mib,
         sharing=sharing,
-        price_per_hour=per_gpu * mib / gpu.total_mib if gpu.total_mib else Decimal(0),
+        price_per_hour=per_gpu * share,
         mig_profile=demand.mig_profile,
     )
 

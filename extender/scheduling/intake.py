@@ -10,6 +10,7 @@ throttle window.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from decimal import Decimal
 
 from extender.core.allocation import NodeRef, Observation
@@ -18,6 +19,7 @@ from extender.ledger.writer import LedgerWriter
 from extender.scheduling.discrepancies import Discrepancy, discrepancies, observations
 from extender.scheduling.throttle import DiscrepancyThrottle
 from extender.state.inventory import Inventory
+from extender.state.measured import MeasuredGpu
 from extender.wire.clock import Clock
 from extender.wire.report import NodeReport, ReportResponse
 
@@ -63,7 +65,7 @@ class Intake:
         if view is None or facts is None:
             return None
         price = self.inventory.price(name)
-        gpus = sorted({(g.uuid, g.model, g.total_mib) for g in view.gpus if not g.mig_profile})
+        gpus = physical_gpus(self.inventory.measured(name))
         per_gpu = price.per_gpu_hour if price else Decimal(0)
         # plain values only: kept per node, a signature holding objects would be walked
         # by every full garbage collection
@@ -80,6 +82,19 @@ class Intake:
         self._recorded_nodes[name] = signature
         node = NodeRef(name, facts.instance_type, facts.capacity_type, facts.zone, facts.nodepool)
         return node, list(gpus), per_gpu
+
+
+def physical_gpus(units: Iterable[MeasuredGpu]) -> list[tuple[str, str, int]]:
+    """The node's physical GPUs as the bill counts them: (uuid, model, MiB), a MIG GPU
+    once, by its parent's uuid and memory (its instances are shares of it), sorted."""
+    return sorted(
+        {
+            (g.parent_uuid, g.model, g.parent_total_mib)
+            if g.mig_profile
+            else (g.uuid, g.model, g.total_mib)
+            for g in units
+        }
+    )
 
 
 def _write(

@@ -48,6 +48,7 @@ class GpuView(msgspec.Struct, frozen=True, gc=False):
     committed_mib: int
     reserved_mib: int = 0  # by active grants (ledger), a part of committed
     mig_profile: str = ""  # non-empty: a MIG instance, granted whole by profile
+    parent_total_mib: int = 0  # a MIG instance's parent GPU (its price is a share of it)
     overruns: tuple[Overrun, ...] = ()  # part of committed, largest excess first
 
     def free_mib(self, margin_mib: int) -> int:

@@ -207,6 +207,11 @@ class Inventory:
         node = self._nodes.get(name)
         return node.facts if node else None
 
+    def measured(self, name: str) -> tuple[MeasuredGpu, ...]:
+        """The node's schedulable units as last reported (MIG instances with their parent)."""
+        node = self._nodes.get(name)
+        return tuple(node.gpus) if node else ()
+
     def received_at(self, name: str) -> float | None:
         node = self._nodes.get(name)
         return node.received_at if node else None
@@ -270,13 +275,14 @@ class Inventory:
 
     def _build_view(self, name: str, node: _Node) -> NodeView:
         gpus = tuple(self._gpu_view(g, self._reserved.get((name, g.uuid), {})) for g in node.gpus)
-        plain = [g for g in node.gpus if not g.mig_profile]
+        first = node.gpus[0] if node.gpus else None
         price = self._pricebook.node_price(
             node.facts.instance_type,
             node.facts.capacity_type,
             gpus=len({g.parent_uuid or g.uuid for g in node.gpus}),
-            gpu_memory_mib=plain[0].total_mib if plain else 0,
-            gpu_model=plain[0].model if plain else node.facts.gpu_model_hint,
+            # a physical GPU's memory: a MIG instance's parent, not the instance
+            gpu_memory_mib=(first.parent_total_mib or first.total_mib) if first else 0,
+            gpu_model=first.model if first else node.facts.gpu_model_hint,
         )
         node.price = price
         node.view = NodeView(
@@ -334,6 +340,7 @@ class Inventory:
             committed_mib=held.mib,
             reserved_mib=sum(granted.values()),
             mig_profile=g.mig_profile,
+            parent_total_mib=g.parent_total_mib,
             overruns=overruns,
         )
 

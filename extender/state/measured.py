@@ -25,6 +25,7 @@ class MeasuredGpu(msgspec.Struct, frozen=True, gc=False):  # one per GPU: see sc
     used_mib: int
     mig_profile: str = ""
     parent_uuid: str = ""
+    parent_total_mib: int = 0  # a MIG instance's parent GPU: what its price is a share of
     unattributed_mib: int = 0  # used by no known pod (driver, unmapped processes)
     pod_used: PodUse = ()  # every pod the report saw on the unit, containers summed
 
@@ -66,6 +67,7 @@ def _mig_units(g: GpuReport) -> list[MeasuredGpu]:
                 m.memory_used_mib,
                 m.profile,
                 g.uuid,
+                g.memory_total_mib,
                 unattributed_mib=unattributed,
                 pod_used=pods,
             )
