@@ -7,6 +7,7 @@ import copy
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -131,3 +132,9 @@ def running_extender(
     with ServerThread(built.app) as url, make_client(url, TOKEN) as client:
         yield Extender(url, built, clock, client, {}, {})
     built.service.ledger.close()
+
+
+def known(amount: Decimal | None) -> Decimal:
+    """A money amount the test expects to be priced (None would be 'unpriced')."""
+    assert amount is not None, "unpriced where a price was expected"
+    return amount

@@ -70,7 +70,7 @@ class GpuGrant:
     memory_mib: int  # granted; the billing anchor
     gpu_total_mib: int  # the device's total, for the share of its price
     sharing: Sharing
-    price_per_hour: Decimal  # USD/h of this slice at decision time
+    price_per_hour: Decimal | None  # USD/h of this slice at decision time; None: unpriced
     mig_profile: str = ""
     claim: str = ""  # namespace/name of the ResourceClaim for DRA grants
     dra_device: str = ""  # driver/pool/device for DRA grants

@@ -17,8 +17,8 @@ that is allocated, and billed, to someone else). Per device:
   MIG device consumes (partitionable publishing), else (3) an estimate from its
   ``memorySlice<i>`` capacities assuming the 8 memory slices of A100/H100/H200/B200
   (an A30 has 4: its MIG slices would be billed at half) **[inference]**;
-- price = ``gpu_price_per_hour(node)`` x granted / total (0 when the node's price is
-  unknown: the node price period in the ledger still prices the node itself).
+- price = ``gpu_price_per_hour(node)`` x granted / total, or None when the node's price is
+  unknown (an unpriced grant, never $0: docs/billing.md).
 
 Shared claims: a claim reserved by several pods (``status.reservedFor``) gives every
 pod the same devices. Each pod gets its own ``Decision`` for those devices, so that
@@ -170,7 +170,7 @@ def _grant(
     granted = _consumed_mib(result) or own_mib
     profile = device_string(device, "profile") or ""
     total = _gpu_total_mib(device, devices, slices) if profile else own_mib
-    price = (gpu_price or Decimal(0)) * Decimal(min(granted, total)) / Decimal(total)
+    price = None if gpu_price is None else gpu_price * Decimal(min(granted, total)) / Decimal(total)
     return GpuGrant(
         gpu_uuid=uuid,
         gpu_index=gpu_index(key.device),
@@ -241,8 +241,11 @@ def _share(grant: GpuGrant, i: int, n: int) -> GpuGrant:
     if n == 1:
         return grant
     mem = grant.memory_mib // n + (1 if i < grant.memory_mib % n else 0)
-    part = (grant.price_per_hour / n).quantize(_PRICE_STEP, rounding=ROUND_DOWN)
-    price = grant.price_per_hour - part * (n - 1) if i == 0 else part
+    whole = grant.price_per_hour
+    if whole is None:  # unpriced: every part is unpriced too
+        return replace(grant, memory_mib=mem)
+    part = (whole / n).quantize(_PRICE_STEP, rounding=ROUND_DOWN)
+    price = whole - part * (n - 1) if i == 0 else part
     return replace(grant, memory_mib=mem, price_per_hour=price)
 
 

@@ -52,7 +52,7 @@ class AllocationOut(BaseModel):
     mig_profile: str
     claim: str
     dra_device: str
-    price_per_hour: str
+    price_per_hour: str | None  # null: unpriced (the node's type has no price)
     policy: str
     status: str
     decided_at: float
@@ -85,9 +85,10 @@ class GroupOut(BaseModel):
     key: str
     allocations: int
     gib_hours: str
-    cost: str
+    cost: str | None  # null: every grant in the group was unpriced
     mean_used_mib: float | None
     mean_sm_util: float | None
+    unpriced_gib_hours: str
 
 
 class NodeCostOut(BaseModel):
@@ -95,9 +96,9 @@ class NodeCostOut(BaseModel):
     instance_type: str
     capacity_type: str
     gpu_hours: str
-    cost: str
+    cost: str | None  # null: unpriced
     charged: str
-    idle: str
+    idle: str | None
     oversubscribed: bool
     unpriced: bool
 
@@ -113,6 +114,8 @@ class ChargebackOut(BaseModel):
     total_node_cost: str
     total_idle: str
     oversubscribed_nodes: list[str]
+    unpriced_nodes: list[str]  # left out of the totals: their cost is unknown
+    unpriced_gib_hours: str
 
 
 def bad(param: str, why: str) -> HTTPException:
@@ -173,7 +176,7 @@ def allocation_out(a: Allocation) -> AllocationOut:
         mig_profile=g.mig_profile,
         claim=g.claim,
         dra_device=g.dra_device,
-        price_per_hour=str(g.price_per_hour),
+        price_per_hour=None if g.price_per_hour is None else str(g.price_per_hour),
         policy=a.policy,
         status=a.status.value,
         decided_at=a.decided_at,

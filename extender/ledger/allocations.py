@@ -27,7 +27,7 @@ from extender.core.allocation import (
     Sharing,
     Status,
 )
-from extender.ledger.dialect import to_decimal
+from extender.ledger.dialect import to_price
 from extender.ledger.named import Shape, fetch_all
 from extender.ledger.records import AllocationFilter
 from extender.ledger.rollup import Rollup, fold
@@ -86,7 +86,7 @@ def allocation(
             int(memory_mib),
             int(gpu_total_mib),
             _SHARING[sharing],
-            to_decimal(price_per_hour),
+            to_price(price_per_hour),
             mig_profile,
             claim,
             dra_device,
@@ -113,7 +113,9 @@ _STATUS = {s.value: s for s in Status}
 ALLOCATION = Shape(allocation)
 
 
-def insert_values(d: Decision, g: GpuGrant, money: Callable[[Decimal], Any]) -> dict[str, Any]:
+def insert_values(
+    d: Decision, g: GpuGrant, money: Callable[[Decimal | None], Any]
+) -> dict[str, Any]:
     """The columns a new RESERVED row is written with (the rest take their defaults)."""
     p, n = d.pod, d.node
     return {

@@ -91,7 +91,7 @@ class Ledger(Protocol):
         self,
         node: NodeRef,
         gpus: Sequence[tuple[str, str, int]],
-        gpu_price_per_hour: Decimal,
+        gpu_price_per_hour: Decimal | None,
         at: float,
     ) -> None:
         """Upsert a node: ``gpus`` are (uuid, model, total_mib); price is per GPU-hour.

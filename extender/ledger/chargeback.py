@@ -23,6 +23,7 @@ from extender.ledger.charges import (
     PRECISION,
     ROUNDING,
     SECONDS_PER_HOUR,
+    NodeCost,
     allocation_seconds,
     cents,
     node_costs,
@@ -32,6 +33,7 @@ from extender.ledger.records import NodePeriod
 if TYPE_CHECKING:
     from extender.ledger.base import Ledger
 
+UNPRICED = "unpriced"
 NO_LABEL = "(none)"
 UNKNOWN = "(unknown)"
 GROUPS = ("namespace", "node", "capacity-type", "pod")
@@ -42,9 +44,10 @@ class GroupLine:
     key: str
     allocations: int
     gib_hours: Decimal
-    cost: Decimal
+    cost: Decimal | None  # of the priced grants; None when every grant was unpriced
     mean_used_mib: float | None
     mean_sm_util: float | None
+    unpriced_gib_hours: Decimal = Decimal("0.0000")  # granted on nodes with no price
 
 
 @dataclass(frozen=True)
@@ -53,11 +56,11 @@ class NodeLine:
     instance_type: str
     capacity_type: str
     gpu_hours: Decimal
-    cost: Decimal
+    cost: Decimal | None  # None: unpriced (no price for some of its time, or never seen)
     charged: Decimal
-    idle: Decimal
+    idle: Decimal | None  # cost - charged; None when the cost is unknown
     oversubscribed: bool
-    unpriced: bool  # allocations on a node the nodes table never saw
+    unpriced: bool
 
 
 @dataclass(frozen=True)
@@ -68,13 +71,27 @@ class ChargebackReport:
     groups: tuple[GroupLine, ...]
     nodes: tuple[NodeLine, ...]
     total_charged: Decimal
-    total_node_cost: Decimal
-    total_idle: Decimal
+    total_node_cost: Decimal  # of the priced nodes
+    total_idle: Decimal  # of the priced nodes
     rounding: str = ROUNDING
 
     @property
     def oversubscribed(self) -> tuple[str, ...]:
         return tuple(n.node for n in self.nodes if n.oversubscribed)
+
+    @property
+    def unpriced_nodes(self) -> tuple[str, ...]:
+        """Nodes whose cost is unknown: left out of the totals, never counted as $0."""
+        return tuple(n.node for n in self.nodes if n.unpriced)
+
+    @property
+    def unpriced_gib_hours(self) -> Decimal:
+        return sum((g.unpriced_gib_hours for g in self.groups), Decimal("0.0000"))
+
+
+def shown(amount: Decimal | None) -> str:
+    """Money as text people read: an unknown amount is ``unpriced``, never 0.00."""
+    return UNPRICED if amount is None else str(amount)
 
 
 def parse_group_by(value: str) -> str:
@@ -107,8 +124,10 @@ class _Acc:
         "allocs",
         "mib_seconds",
         "money",
+        "priced",
         "sm_weight",
         "sm_weighted",
+        "unpriced_mib_seconds",
         "used_weight",
         "used_weighted",
     )
@@ -116,16 +135,22 @@ class _Acc:
     def __init__(self) -> None:
         self.allocs = 0
         self.money = Decimal(0)
+        self.priced = 0
         self.mib_seconds = Decimal(0)
+        self.unpriced_mib_seconds = Decimal(0)
         self.used_weight = 0.0
         self.used_weighted = 0.0
         self.sm_weight = 0.0
         self.sm_weighted = 0.0
 
-    def add(self, a: Allocation, seconds: Decimal, money: Decimal) -> None:
+    def add(self, a: Allocation, seconds: Decimal, money: Decimal | None) -> None:
         self.allocs += 1
-        self.money += money
         self.mib_seconds += a.grant.memory_mib * seconds
+        if money is None:
+            self.unpriced_mib_seconds += a.grant.memory_mib * seconds
+        else:
+            self.priced += 1
+            self.money += money
         if a.obs_count > 0:
             w = float(seconds)
             self.used_weight += w
@@ -135,17 +160,21 @@ class _Acc:
                 self.sm_weighted += a.obs_mean_sm * w
 
     def line(self, key: str) -> GroupLine:
-        gib_hours = self.mib_seconds / MIB_PER_GIB / SECONDS_PER_HOUR
         used = self.used_weighted / self.used_weight if self.used_weight > 0 else None
         sm = self.sm_weighted / self.sm_weight if self.sm_weight > 0 else None
         return GroupLine(
             key,
             self.allocs,
-            gib_hours.quantize(GIB_HOURS_STEP, ROUND_HALF_EVEN),
-            cents(self.money),
+            _gib_hours(self.mib_seconds),
+            cents(self.money) if self.priced else None,
             used,
             sm,
+            _gib_hours(self.unpriced_mib_seconds),
         )
+
+
+def _gib_hours(mib_seconds: Decimal) -> Decimal:
+    return (mib_seconds / MIB_PER_GIB / SECONDS_PER_HOUR).quantize(GIB_HOURS_STEP, ROUND_HALF_EVEN)
 
 
 def compute(
@@ -167,63 +196,53 @@ def compute(
             secs = allocation_seconds(a, start, end, now)
             if secs <= 0:
                 continue
-            money = a.grant.price_per_hour * secs / SECONDS_PER_HOUR
+            price = a.grant.price_per_hour
+            money = None if price is None else price * secs / SECONDS_PER_HOUR
             acc = groups.get(key := group_key(a, group_by))
             if acc is None:
                 acc = groups[key] = _Acc()
             acc.add(a, secs, money)
             node = a.node.name
-            charged_by_node[node] = charged_by_node.get(node, Decimal(0)) + money
+            charged_by_node[node] = charged_by_node.get(node, Decimal(0)) + (money or 0)
             capacity_by_node.setdefault(node, a.node.capacity_type)
         lines = tuple(sorted((acc.line(k) for k, acc in groups.items()), key=lambda g: g.key))
         nodes = _node_lines(node_costs(periods, start, end, now), charged_by_node, capacity_by_node)
-    total_charged = sum((g.cost for g in lines), Decimal("0.00"))
-    total_cost = sum((n.cost for n in nodes), Decimal("0.00"))
+    total_charged = sum((g.cost for g in lines if g.cost is not None), Decimal("0.00"))
+    total_cost = sum((n.cost for n in nodes if n.cost is not None), Decimal("0.00"))
     return ChargebackReport(
         start, end, group_by, lines, nodes, total_charged, total_cost, total_cost - total_charged
     )
 
 
 def _node_lines(
-    costs: dict[str, tuple[Decimal, Decimal, NodePeriod]],
+    costs: dict[str, NodeCost],
     charged: dict[str, Decimal],
     capacity: dict[str, str],
 ) -> tuple[NodeLine, ...]:
-    """Per node: cost, Σ charges and idle, each rounded once; idle is the remainder."""
+    """Per node: cost, Σ charges and idle, each rounded once; idle is the remainder. A
+    node with no price for part of the window, or never recorded at all, is unpriced:
+    its cost and idle are unknown (None), never $0."""
     lines = []
     for name in sorted(set(costs) | set(charged)):
-        exact_charged = charged.get(name, Decimal(0))
-        if name in costs:
-            exact_cost, hours, p = costs[name]
-            cost, paid = cents(exact_cost), cents(exact_charged)
-            lines.append(
-                NodeLine(
-                    name,
-                    p.instance_type,
-                    p.capacity_type or UNKNOWN,
-                    hours.quantize(GIB_HOURS_STEP, ROUND_HALF_EVEN),
-                    cost,
-                    paid,
-                    cost - paid,
-                    cost - paid < 0,
-                    False,
-                )
+        paid = cents(charged.get(name, Decimal(0)))
+        c = costs.get(name)
+        exact = c.cost if c is not None else None
+        cost = cents(exact) if exact is not None else None
+        idle = cost - paid if cost is not None else None
+        p = c.period if c is not None else None
+        lines.append(
+            NodeLine(
+                name,
+                p.instance_type if p else "",
+                (p.capacity_type if p else capacity.get(name, "")) or UNKNOWN,
+                c.hours.quantize(GIB_HOURS_STEP, ROUND_HALF_EVEN) if c else Decimal("0.0000"),
+                cost,
+                paid,
+                idle,
+                idle is not None and idle < 0,
+                cost is None,
             )
-        else:  # never recorded by record_node: its cost is unknown, bill what was granted
-            paid = cents(exact_charged)
-            lines.append(
-                NodeLine(
-                    name,
-                    "",
-                    capacity.get(name) or UNKNOWN,
-                    Decimal(0),
-                    paid,
-                    paid,
-                    Decimal("0.00"),
-                    False,
-                    True,
-                )
-            )
+        )
     return tuple(lines)
 
 

@@ -14,6 +14,8 @@ half-cents are rounded); ``cents`` is that one step.
   to ``ended_at``; an active one counts until ``min(to, now)``; rows are clipped to
   the window ``[from, to)``. FAILED rows are never charged.
 - a node costs ``gpu_price_per_hour * gpu_count * hours present`` (from node periods).
+- an unknown price (NULL in the ledger) is unknown here too: an unpriced grant has no
+  charge and an unpriced node no cost (``None``), never $0 (docs/billing.md).
 """
 
 from __future__ import annotations
@@ -59,24 +61,49 @@ def allocation_seconds(a: Allocation, start: float, end: float, now: float) -> D
     return overlap_seconds(a.decided_at, a_end, start, end)
 
 
-def allocation_charge(a: Allocation, start: float, end: float, now: float) -> Decimal:
-    """Exact (unrounded) charge of one allocation in the window."""
+def allocation_charge(a: Allocation, start: float, end: float, now: float) -> Decimal | None:
+    """Exact (unrounded) charge of one allocation in the window; None when unpriced."""
+    if a.grant.price_per_hour is None:
+        return None
     with localcontext() as ctx:
         ctx.prec = PRECISION
         return a.grant.price_per_hour * allocation_seconds(a, start, end, now) / SECONDS_PER_HOUR
 
 
+class NodeCost:
+    """A node's GPU cost over a window: exact money for the priced stretches, GPU-hours,
+    and the GPU-hours whose price is unknown (then the cost as a whole is unknown)."""
+
+    __slots__ = ("hours", "money", "period", "unpriced_hours")
+
+    def __init__(self, period: NodePeriod) -> None:
+        self.money = Decimal(0)
+        self.hours = Decimal(0)
+        self.unpriced_hours = Decimal(0)
+        self.period = period  # the last one seen, for labels
+
+    @property
+    def cost(self) -> Decimal | None:
+        return None if self.unpriced_hours > 0 else self.money
+
+
 def node_costs(
     periods: Iterable[NodePeriod], start: float, end: float, now: float
-) -> dict[str, tuple[Decimal, Decimal, NodePeriod]]:
-    """Exact GPU cost and GPU-hours per node over the window (last period kept for labels)."""
-    out: dict[str, tuple[Decimal, Decimal, NodePeriod]] = {}
+) -> dict[str, NodeCost]:
+    """Exact GPU cost and GPU-hours per node over the window; a period without a price
+    adds unpriced GPU-hours, never $0."""
+    out: dict[str, NodeCost] = {}
     with localcontext() as ctx:
         ctx.prec = PRECISION
         for p in periods:
             until = p.until if p.until is not None else min(end, now)
             secs = overlap_seconds(p.since, until, start, end)
             gpu_hours = p.gpu_count * secs / SECONDS_PER_HOUR
-            cost, hours, _ = out.get(p.node, (Decimal(0), Decimal(0), p))
-            out[p.node] = (cost + p.gpu_price_per_hour * gpu_hours, hours + gpu_hours, p)
+            acc = out.setdefault(p.node, NodeCost(p))
+            acc.period = p
+            acc.hours += gpu_hours
+            if p.gpu_price_per_hour is None:
+                acc.unpriced_hours += gpu_hours
+            else:
+                acc.money += p.gpu_price_per_hour * gpu_hours
     return out

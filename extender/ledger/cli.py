@@ -21,7 +21,7 @@ from extender.core.allocation import Allocation, LedgerUnavailable
 from extender.core.table import align
 from extender.ledger import chargeback_report, is_dsn, open_ledger
 from extender.ledger.base import Ledger
-from extender.ledger.chargeback import ChargebackReport, parse_group_by
+from extender.ledger.chargeback import ChargebackReport, parse_group_by, shown
 from extender.ledger.charges import allocation_charge, allocation_seconds, cents
 from extender.ledger.dialect import NullHooks
 from extender.ledger.exports import report_csv, report_dict
@@ -200,12 +200,12 @@ def _row_dict(a: Allocation, start: float, end: float, now: float) -> dict[str, 
         "capacity_type": a.node.capacity_type,
         "gpu_uuid": a.grant.gpu_uuid,
         "memory_mib": a.grant.memory_mib,
-        "price_per_hour": str(a.grant.price_per_hour),
+        "price_per_hour": shown(a.grant.price_per_hour),
         "decided_at": a.decided_at,
         "ended_at": a.ended_at,
         "status": a.status.value,
         "billed_seconds": str(allocation_seconds(a, start, end, now)),
-        "cost_usd": str(cents(allocation_charge(a, start, end, now))),
+        "cost_usd": shown(_cents(allocation_charge(a, start, end, now))),
     }
 
 
@@ -236,7 +236,7 @@ def render_table(report: ChargebackReport) -> str:
             g.key,
             str(g.allocations),
             str(g.gib_hours),
-            str(g.cost),
+            shown(g.cost),
             _num(g.mean_used_mib),
             _num(g.mean_sm_util),
         ]
@@ -258,9 +258,9 @@ def render_table(report: ChargebackReport) -> str:
             n.node,
             n.capacity_type,
             str(n.gpu_hours),
-            str(n.cost),
+            shown(n.cost),
             str(n.charged),
-            str(n.idle),
+            shown(n.idle),
             _flags(n.oversubscribed, n.unpriced),
         ]
         for n in report.nodes
@@ -282,8 +282,18 @@ def render_table(report: ChargebackReport) -> str:
             right_from=2,
         )
     )
+    if report.unpriced_nodes:
+        out.append(
+            f"unpriced: {len(report.unpriced_nodes)} node(s) without a price, left out of the"
+            f" totals; {report.unpriced_gib_hours} GiB-hours granted on them (give their"
+            " instance type or GPU model a price with --price-file)"
+        )
     out.append(f"rounding: {report.rounding}")
     return "\n\n".join(out)
+
+
+def _cents(amount: Decimal | None) -> Decimal | None:
+    return None if amount is None else cents(amount)
 
 
 def _flags(oversubscribed: bool, unpriced: bool) -> str:

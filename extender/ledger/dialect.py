@@ -49,7 +49,7 @@ class Dialect(Protocol):
 
     def sql(self, statement: str) -> str: ...
 
-    def money(self, value: Decimal) -> Any: ...
+    def money(self, value: Decimal | None) -> Any: ...
 
     def close(self) -> None: ...
 
@@ -57,6 +57,11 @@ class Dialect(Protocol):
 def to_decimal(v: object) -> Decimal:
     """TEXT (SQLite) or NUMERIC (PostgreSQL) money back to an exact Decimal."""
     return v if isinstance(v, Decimal) else Decimal(str(v))
+
+
+def to_price(v: object) -> Decimal | None:
+    """A price column: NULL is an unknown price (never read as 0)."""
+    return None if v is None else to_decimal(v)
 
 
 class Hooks(Protocol):

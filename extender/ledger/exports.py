@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import csv
 import io
+from decimal import Decimal
 
-from extender.ledger.chargeback import ChargebackReport
+from extender.ledger.chargeback import ChargebackReport, shown
 
 
 def report_dict(report: ChargebackReport) -> dict[str, object]:
@@ -24,9 +25,10 @@ def report_dict(report: ChargebackReport) -> dict[str, object]:
                 "key": g.key,
                 "allocations": g.allocations,
                 "gib_hours": str(g.gib_hours),
-                "cost": str(g.cost),
+                "cost": _money(g.cost),
                 "mean_used_mib": g.mean_used_mib,
                 "mean_sm_util": g.mean_sm_util,
+                "unpriced_gib_hours": str(g.unpriced_gib_hours),
             }
             for g in report.groups
         ],
@@ -36,9 +38,9 @@ def report_dict(report: ChargebackReport) -> dict[str, object]:
                 "instance_type": n.instance_type,
                 "capacity_type": n.capacity_type,
                 "gpu_hours": str(n.gpu_hours),
-                "cost": str(n.cost),
+                "cost": _money(n.cost),
                 "charged": str(n.charged),
-                "idle": str(n.idle),
+                "idle": _money(n.idle),
                 "oversubscribed": n.oversubscribed,
                 "unpriced": n.unpriced,
             }
@@ -48,6 +50,8 @@ def report_dict(report: ChargebackReport) -> dict[str, object]:
         "total_node_cost": str(report.total_node_cost),
         "total_idle": str(report.total_idle),
         "oversubscribed_nodes": list(report.oversubscribed),
+        "unpriced_nodes": list(report.unpriced_nodes),
+        "unpriced_gib_hours": str(report.unpriced_gib_hours),
     }
 
 
@@ -56,13 +60,34 @@ def report_csv(report: ChargebackReport) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(
-        [report.group_by, "allocations", "gib_hours", "cost_usd", "mean_used_mib", "mean_sm_util"]
+        [
+            report.group_by,
+            "allocations",
+            "gib_hours",
+            "cost_usd",
+            "mean_used_mib",
+            "mean_sm_util",
+            "unpriced_gib_hours",
+        ]
     )
     for g in report.groups:
         w.writerow(
-            [g.key, g.allocations, g.gib_hours, g.cost, _fmt(g.mean_used_mib), _fmt(g.mean_sm_util)]
+            [
+                g.key,
+                g.allocations,
+                g.gib_hours,
+                shown(g.cost),
+                _fmt(g.mean_used_mib),
+                _fmt(g.mean_sm_util),
+                g.unpriced_gib_hours,
+            ]
         )
     return buf.getvalue()
+
+
+def _money(v: Decimal | None) -> str | None:
+    """JSON money: a decimal string, or null when the amount is unknown (never "0")."""
+    return None if v is None else str(v)
 
 
 def _fmt(v: float | None) -> str:

@@ -142,6 +142,21 @@ class LedgerCollector(Collector):
         yield count
         yield used
         yield self._chargeback(ledger)
+        yield self._unpriced(ledger)
+
+    @staticmethod
+    def _unpriced(ledger: Ledger) -> Metric:
+        """Nodes present now whose GPUs have no price: their grants are billed as
+        unpriced (never $0) until a price file or the table covers their type."""
+        g = GaugeMetricFamily(
+            "headroom_unpriced_nodes",
+            "Nodes present now with no known GPU price (their grants are unpriced)",
+        )
+        nodes = ledger.nodes()
+        g.add_metric(
+            [], sum(1 for n in nodes if n.gone_at is None and n.gpu_price_per_hour is None)
+        )
+        return g
 
     def _chargeback(self, ledger: Ledger) -> Metric:
         now = self.clock.now()
@@ -149,7 +164,8 @@ class LedgerCollector(Collector):
             if self._cache is None or time.monotonic() - self._cache[0] > self.ttl:
                 start = month_start(now)
                 report = chargeback_report(ledger, start, now, "namespace", now)
-                self._cache = (time.monotonic(), {g.key: float(g.cost) for g in report.groups})
+                costs = {g.key: float(g.cost) for g in report.groups if g.cost is not None}
+                self._cache = (time.monotonic(), costs)
             values = self._cache[1]
         g = GaugeMetricFamily(
             "headroom_chargeback_dollars",

@@ -13,7 +13,7 @@ from decimal import Decimal
 from typing import Any
 
 from extender.core.allocation import NodeRef
-from extender.ledger.dialect import to_decimal
+from extender.ledger.dialect import to_price
 from extender.ledger.named import Shape, fetch_one
 from extender.ledger.records import NodePeriod, NodeRecord
 from extender.ledger.trail import Tx
@@ -27,7 +27,7 @@ def gpus_json(gpus: Sequence[tuple[str, str, int]]) -> str:
     return json.dumps([[str(u), str(m), int(t)] for u, m, t in gpus], separators=(",", ":"))
 
 
-_MONEY = {"gpu_price_per_hour": to_decimal}
+_MONEY = {"gpu_price_per_hour": to_price}
 NODE = Shape(NodeRecord, {**_MONEY, "gpus": gpus_from_json, "gpu_count": int, "gpu_total_mib": int})
 PERIOD = Shape(NodePeriod, {**_MONEY, "gpu_count": int, "gpu_total_mib": int})
 
@@ -62,7 +62,7 @@ def upsert(
     tx: Tx,
     node: NodeRef,
     gpus: Sequence[tuple[str, str, int]],
-    gpu_price_per_hour: Decimal,
+    gpu_price_per_hour: Decimal | None,
     at: float,
 ) -> None:
     """Insert or refresh the node; open a new price period when what it costs changed."""

@@ -116,7 +116,7 @@ class PostgresDialect:
     def sql(self, statement: str) -> str:
         return _placeholders(statement)
 
-    def money(self, value: Decimal) -> Decimal:
+    def money(self, value: Decimal | None) -> Decimal | None:
         return value
 
     def close(self) -> None:

@@ -45,7 +45,7 @@ class NodePeriod:
     capacity_type: str
     gpu_count: int
     gpu_total_mib: int
-    gpu_price_per_hour: Decimal
+    gpu_price_per_hour: Decimal | None  # None: the node's price is unknown
     since: float
     until: float | None  # None: still open (present "until now")
 
@@ -94,7 +94,7 @@ class NodeRecord:
     nodepool: str
     gpu_count: int
     gpu_total_mib: int
-    gpu_price_per_hour: Decimal
+    gpu_price_per_hour: Decimal | None  # None: the node's price is unknown
     gpus: list[tuple[str, str, int]] = field(default_factory=list)
     first_seen: float = 0.0
     last_seen: float = 0.0

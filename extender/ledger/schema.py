@@ -23,6 +23,10 @@ class Migration:
     version: int
     name: str
     statements: tuple[str, ...]
+    by_dialect: dict[str, tuple[str, ...]] | None = None  # where the dialects differ
+
+    def for_dialect(self, dialect: str) -> tuple[str, ...]:
+        return self.statements + (self.by_dialect or {}).get(dialect, ())
 
 
 _V1 = (
@@ -133,8 +137,52 @@ _V1 = (
     " (kind, node, gpu_uuid, pod_uid) WHERE closed_at IS NULL",
 )
 
+
+def _nullable(table: str, column: str, indexes: tuple[str, ...]) -> tuple[str, ...]:
+    """SQLite cannot drop a NOT NULL: rebuild the table from v1's DDL with the column
+    nullable, rows and ids (and AUTOINCREMENT's high-water mark) kept, indexes remade."""
+    (ddl,) = [d for d in _V1 if d.startswith(f"CREATE TABLE IF NOT EXISTS {table} (")]
+    new = f"{table}_v2"
+    create = ddl.replace(f"EXISTS {table} (", f"EXISTS {new} (").replace(
+        f"{column} {{money}} NOT NULL", f"{column} {{money}}"
+    )
+    assert create != ddl.replace(f"EXISTS {table} (", f"EXISTS {new} ("), column
+    keep_seq = (
+        f"UPDATE sqlite_sequence SET seq = (SELECT seq FROM sqlite_sequence WHERE name ="
+        f" '{table}') WHERE name = '{new}'"
+    )
+    return (
+        create,
+        f"INSERT INTO {new} SELECT * FROM {table}",
+        *((keep_seq,) if "{id}" in ddl else ()),
+        f"DROP TABLE {table}",
+        f"ALTER TABLE {new} RENAME TO {table}",
+        *indexes,
+    )
+
+
+def _indexes(table: str) -> tuple[str, ...]:
+    return tuple(d for d in _V1 if d.startswith("CREATE") and f" ON {table} (" in d)
+
+
+# An unknown price is NULL, never 0 (docs/billing.md): a grant on an unpriced node and an
+# unpriced node's periods say so, and chargeback reports them as unpriced.
+_PRICED = (
+    ("allocations", "price_per_hour"),
+    ("nodes", "gpu_price_per_hour"),
+    ("node_periods", "gpu_price_per_hour"),
+)
+_V2_SQLITE = tuple(s for t, c in _PRICED for s in _nullable(t, c, _indexes(t)))
+_V2_POSTGRES = tuple(f"ALTER TABLE {t} ALTER COLUMN {c} DROP NOT NULL" for t, c in _PRICED)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "allocations, nodes, events, discrepancies", _V1),
+    Migration(
+        2,
+        "prices may be unknown (NULL)",
+        (),
+        {"sqlite": _V2_SQLITE, "postgresql": _V2_POSTGRES},
+    ),
 )
 
 MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS schema_migrations (

@@ -96,7 +96,7 @@ class SqlLedger:
             for m in MIGRATIONS:
                 if m.version in done:
                     continue
-                for statement in m.statements:
+                for statement in m.for_dialect(self.dialect.name):
                     tx.execute(render(statement, types))
                 if m.version == 1:
                     tx.execute(trail.INSERT_HEAD, (GENESIS,))
@@ -262,7 +262,7 @@ class SqlLedger:
         self,
         node: NodeRef,
         gpus: Sequence[tuple[str, str, int]],
-        gpu_price_per_hour: Decimal,
+        gpu_price_per_hour: Decimal | None,
         at: float,
     ) -> None:
         """Upsert a node; open a new price period when its price, GPUs or kind change."""

@@ -99,8 +99,8 @@ class SqliteDialect:
     def sql(self, statement: str) -> str:
         return statement
 
-    def money(self, value: Decimal) -> str:
-        return str(value)
+    def money(self, value: Decimal | None) -> str | None:
+        return None if value is None else str(value)
 
     def close(self) -> None:
         with self._lock:

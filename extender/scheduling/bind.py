@@ -304,7 +304,6 @@ def grant(gpu: GpuView, demand: GpuDemand, price: NodePrice | None) -> GpuGrant:
         sharing, mib = Sharing.EXCLUSIVE, gpu.total_mib
     else:
         sharing, mib = Sharing.SHARED, demand.memory_mib
-    per_gpu = price.per_gpu_hour if price else Decimal(0)
     if sharing == Sharing.MIG:  # its memory slices' share of the parent (pricing/mig.py)
         share = mig_share(gpu.mig_profile, gpu.total_mib, gpu.parent_total_mib)
     else:
@@ -316,7 +315,7 @@ def grant(gpu: GpuView, demand: GpuDemand, price: NodePrice | None) -> GpuGrant:
         memory_mib=mib,
         gpu_total_mib=gpu.total_mib,
         sharing=sharing,
-        price_per_hour=per_gpu * share,
+        price_per_hour=price.per_gpu_hour * share if price else None,  # None: unpriced
         mig_profile=demand.mig_profile,
     )
 

@@ -10,6 +10,7 @@ throttle window.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from decimal import Decimal
 
@@ -23,7 +24,9 @@ from extender.state.measured import MeasuredGpu
 from extender.wire.clock import Clock
 from extender.wire.report import NodeReport, ReportResponse
 
-NodeRecord = tuple[NodeRef, list[tuple[str, str, int]], Decimal]
+log = logging.getLogger("headroom.service")
+
+NodeRecord = tuple[NodeRef, list[tuple[str, str, int]], Decimal | None]
 
 
 class Intake:
@@ -66,7 +69,7 @@ class Intake:
             return None
         price = self.inventory.price(name)
         gpus = physical_gpus(self.inventory.measured(name))
-        per_gpu = price.per_gpu_hour if price else Decimal(0)
+        per_gpu = price.per_gpu_hour if price else None  # unpriced, never $0
         # plain values only: kept per node, a signature holding objects would be walked
         # by every full garbage collection
         signature = (
@@ -80,6 +83,19 @@ class Intake:
         if self._recorded_nodes.get(name) == signature:
             return None
         self._recorded_nodes[name] = signature
+        if per_gpu is None:  # once per node (and again only if what it is changes)
+            log.warning(
+                "node has no GPU price: its grants are billed as unpriced",
+                extra={
+                    "fields": {
+                        "node": name,
+                        "instance_type": facts.instance_type,
+                        "capacity_type": facts.capacity_type,
+                        "gpu_model": gpus[0][1] if gpus else "",
+                        "fix": "add the instance type or the GPU model to --price-file",
+                    }
+                },
+            )
         node = NodeRef(name, facts.instance_type, facts.capacity_type, facts.zone, facts.nodepool)
         return node, list(gpus), per_gpu
 

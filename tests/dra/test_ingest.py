@@ -14,6 +14,7 @@ from extender.core.allocation import Decision, NodeRef, PodRef, Sharing
 from extender.dra.ingest import ClaimIngestError, decisions_from_claim, gpu_index
 from extender.ledger import open_ledger
 from extender.wire.clock import ManualClock
+from tests.support import known as priced
 
 from . import nvidia
 
@@ -79,8 +80,8 @@ def test_shared_claim_gives_each_pod_a_decision_and_splits_the_grant() -> None:
         assert g.claim == "ml/trainer-0-gpu-8kq2p"
         assert g.dra_device == f"gpu.nvidia.com/{nvidia.H100_NODE}/gpu-1"
         assert g.mig_profile == ""
-        assert abs(g.price_per_hour - whole / 2) < Decimal("1e-11")
-    assert sum(d.grants[0].price_per_hour for d in decisions) == whole
+        assert abs(priced(g.price_per_hour) - whole / 2) < Decimal("1e-11")
+    assert sum(priced(d.grants[0].price_per_hour) for d in decisions) == whole
 
 
 def test_three_pods_split_exactly() -> None:
@@ -88,7 +89,7 @@ def test_three_pods_split_exactly() -> None:
     decisions = _ingest(nvidia.allocated_claim(pods), [nvidia.h100_slice()])
     grants = [d.grants[0] for d in decisions]
     assert [g.memory_mib for g in grants] == [6827, 6827, 6826]
-    assert sum(g.price_per_hour for g in grants) == P5_GPU_HOUR * 20480 / 81559
+    assert sum(priced(g.price_per_hour) for g in grants) == P5_GPU_HOUR * 20480 / 81559
 
 
 def test_whole_device_without_consumed_capacity() -> None:
@@ -109,9 +110,9 @@ def test_not_in_use_or_not_allocated_is_nothing() -> None:
     assert _ingest({"metadata": {"name": "x", "namespace": "ml"}}, []) == []
 
 
-def test_unknown_price_is_zero_not_an_error() -> None:
+def test_unknown_price_is_unpriced_not_zero_and_not_an_error() -> None:
     decisions = _ingest(nvidia.allocated_claim(PODS), [nvidia.h100_slice()], price=None)
-    assert [d.grants[0].price_per_hour for d in decisions] == [Decimal(0), Decimal(0)]
+    assert [d.grants[0].price_per_hour for d in decisions] == [None, None]
 
 
 def test_node_from_slice_then_hostname_label() -> None:
@@ -252,7 +253,7 @@ def test_decisions_record_in_a_real_ledger_and_bill_once(tmp_path: Path) -> None
         rows = list(ledger.charge_rows(AT, AT + 3600))
         assert sorted(r.pod.name for r in rows) == ["trainer-0", "trainer-1"]
         assert sum(r.grant.memory_mib for r in rows) == 20480
-        assert sum(r.grant.price_per_hour for r in rows) == P5_GPU_HOUR * 20480 / 81559
+        assert sum(priced(r.grant.price_per_hour) for r in rows) == P5_GPU_HOUR * 20480 / 81559
         assert {r.grant.gpu_uuid for r in rows} == {nvidia.H100_UUIDS[1]}
     finally:
         ledger.close()

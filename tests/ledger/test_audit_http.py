@@ -119,6 +119,7 @@ def test_chargeback_json_and_csv(api: httpx.Client, clock: ManualClock) -> None:
         "cost_usd",
         "mean_used_mib",
         "mean_sm_util",
+        "unpriced_gib_hours",
     ]
     assert [row[0] for row in table[1:]] == ["ml", "web"]
     assert table[1][3] == "2.40"  # 3 x 16 GiB of a $4/h 80 GiB GPU, ~1 h each
