@@ -39,6 +39,8 @@ class EventKind(StrEnum):
     OVERRUN = "overrun"  # pod uses more memory than granted
     LEAK = "leak"  # process on a GPU its pod was not granted
     UNACCOUNTED = "unaccounted"  # GPU memory used by no known pod
+    NODE_PERIOD = "node-period"  # a node's price period opened (what its GPUs cost)
+    NODE_PERIOD_CLOSED = "node-period-closed"  # ... and closed
 
 
 @dataclass(frozen=True)

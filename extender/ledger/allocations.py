@@ -163,6 +163,7 @@ SELECT = f"SELECT {ALLOCATION.columns} FROM allocations"
 SELECT_ACTIVE = f"{SELECT} WHERE status IN {ACTIVE_SQL} ORDER BY id"
 SELECT_FOR_POD = f"{SELECT} WHERE pod_uid = ? ORDER BY id DESC"
 SELECT_ONE = f"{SELECT} WHERE id = ?"
+ALL_ROWS = f"{SELECT} ORDER BY id"
 CHARGEABLE = (
     f"{SELECT} WHERE status <> 'failed' AND decided_at < ? AND (ended_at IS NULL OR ended_at > ?)"
 )
@@ -361,7 +362,7 @@ def decision_payload(d: Decision, ids: list[int]) -> dict[str, Any]:
                 "memory_mib": g.memory_mib,
                 "gpu_total_mib": g.gpu_total_mib,
                 "sharing": g.sharing.value,
-                "price_per_hour": str(g.price_per_hour),
+                "price_per_hour": None if g.price_per_hour is None else str(g.price_per_hour),
                 "mig_profile": g.mig_profile,
                 "claim": g.claim,
                 "dra_device": g.dra_device,

@@ -136,6 +136,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
         if report.ok:
             print(f"ok: {report.events} events verified")
             return 0
+        if report.first_bad_seq is None:  # the chain holds; a billed row does not
+            print(f"FAILED: {report.reason} ({report.events} events verified)", file=sys.stderr)
+            return 1
         print(
             f"FAILED at event {report.first_bad_seq}: {report.reason} "
             f"({report.events} events verified before it)",

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
-from extender.core.allocation import NodeRef
+from extender.core.allocation import EventKind, NodeRef
 from extender.ledger.dialect import to_price
 from extender.ledger.named import Shape, fetch_one
 from extender.ledger.records import NodePeriod, NodeRecord
@@ -47,11 +47,17 @@ NODE_GONE = (
     "UPDATE nodes SET gone_at = ?, gone_reason = ?, last_seen = ?"
     " WHERE name = ? AND gone_at IS NULL"
 )
-CLOSE_PERIOD = "UPDATE node_periods SET until = ? WHERE node = ? AND until IS NULL"
+CLOSE_PERIOD = "UPDATE node_periods SET until = ? WHERE node = ? AND until IS NULL RETURNING id"
 OPEN_PERIOD = (
     "INSERT INTO node_periods (node, instance_type, capacity_type, gpu_count, gpu_total_mib,"
-    " gpu_price_per_hour, since, until) VALUES (?, ?, ?, ?, ?, ?, ?, NULL)"
+    " gpu_price_per_hour, since, until) VALUES (?, ?, ?, ?, ?, ?, ?, NULL) RETURNING id"
 )
+# every column chargeback reads from a period, with its id: what the chain attests
+PERIOD_FIELDS = (
+    "id", "node", "instance_type", "capacity_type", "gpu_count", "gpu_total_mib",
+    "gpu_price_per_hour", "since", "until",
+)  # fmt: skip
+ALL_PERIODS = f"SELECT {', '.join(PERIOD_FIELDS)} FROM node_periods ORDER BY id"
 PERIODS_IN_WINDOW = (
     f"SELECT {PERIOD.columns} FROM node_periods WHERE since < ? AND (until IS NULL OR until > ?)"
     " ORDER BY node, since"
@@ -92,14 +98,65 @@ def upsert(
         )
         tx.execute(UPDATE_NODE, (*shape, max(at, old.last_seen), node.name))
     if changed:
-        tx.execute(CLOSE_PERIOD, (at, node.name))
+        _close(tx, node.name, at)
         price = tx.dialect.money(gpu_price_per_hour)
-        tx.execute(
-            OPEN_PERIOD,
-            (node.name, node.instance_type, node.capacity_type, count, total, price, at),
+        values = (node.name, node.instance_type, node.capacity_type, count, total, price, at)
+        (period_id,) = tx.execute(OPEN_PERIOD, values).fetchone()
+        tx.append_event(
+            at,
+            EventKind.NODE_PERIOD,
+            period_payload(int(period_id), *values[:5], gpu_price_per_hour, at),
+            node=node.name,
         )
 
 
 def gone(tx: Tx, name: str, at: float, reason: str) -> None:
     tx.execute(NODE_GONE, (at, reason, at, name))
-    tx.execute(CLOSE_PERIOD, (at, name))
+    _close(tx, name, at)
+
+
+def _close(tx: Tx, name: str, at: float) -> None:
+    """Close the node's open period, in the chain too (its ``until`` is billed)."""
+    closed = sorted(int(i) for (i,) in tx.execute(CLOSE_PERIOD, (at, name)).fetchall())
+    if closed:
+        payload = {"period_ids": closed, "until": repr(float(at))}
+        tx.append_event(at, EventKind.NODE_PERIOD_CLOSED, payload, node=name)
+
+
+def period_payload(
+    period_id: int,
+    node: str,
+    instance_type: str,
+    capacity_type: str,
+    gpu_count: int,
+    gpu_total_mib: int,
+    price: Decimal | None,
+    since: float,
+    until: float | None = None,
+    attested: bool = False,
+) -> dict[str, Any]:
+    """A period as the chain records it (``replay.py`` compares the table against it)."""
+    return {
+        "period_id": period_id,
+        "node": node,
+        "instance_type": instance_type,
+        "capacity_type": capacity_type,
+        "gpu_count": gpu_count,
+        "gpu_total_mib": gpu_total_mib,
+        "gpu_price_per_hour": None if price is None else str(price),
+        "since": repr(float(since)),
+        "until": None if until is None else repr(float(until)),
+        **({"attested": True} if attested else {}),
+    }
+
+
+def attest_existing(tx: Tx, at: float) -> None:
+    """Migration 3: periods written before they were chained enter the chain as they are
+    now, marked ``attested`` (the chain vouches for them from this moment on)."""
+    for row in tx.execute(ALL_PERIODS).fetchall():
+        pid, node, itype, ctype, count, total, price, since, until = row
+        payload = period_payload(
+            int(pid), node, itype, ctype, int(count), int(total), to_price(price), since,
+            until, attested=True,
+        )  # fmt: skip
+        tx.append_event(at, EventKind.NODE_PERIOD, payload, node=node)

@@ -183,6 +183,9 @@ MIGRATIONS: tuple[Migration, ...] = (
         (),
         {"sqlite": _V2_SQLITE, "postgresql": _V2_POSTGRES},
     ),
+    # node price periods join the hash chain; those already written are attested as they
+    # are now by one event each (``nodes.attest_existing``, run by the ledger's migrate)
+    Migration(3, "node price periods in the hash chain", ()),
 )
 
 MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS schema_migrations (

@@ -46,6 +46,7 @@ from extender.ledger.records import (
     NodePeriod,
     NodeRecord,
 )
+from extender.ledger.replay import Replay, check_allocations, check_periods
 from extender.ledger.rollup import MAX_GAP_S
 from extender.ledger.schema import MIGRATIONS, MIGRATIONS_TABLE, render
 from extender.ledger.trail import Tx
@@ -100,10 +101,13 @@ class SqlLedger:
                     tx.execute(render(statement, types))
                 if m.version == 1:
                     tx.execute(trail.INSERT_HEAD, (GENESIS,))
+                if m.version == 3:
+                    nodes.attest_existing(tx, time.time())
                 tx.execute(
                     "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
                     (m.version, m.name, time.time()),
                 )
+                tx.flush_head()
                 log.info(
                     "ledger schema migrated",
                     extra={
@@ -319,10 +323,22 @@ class SqlLedger:
         return self._read(discrepancies.DISCREPANCY, q, (*params, limit))
 
     def verify_chain(self) -> ChainReport:
-        """Walk the whole event chain in one read transaction (consistent snapshot)."""
+        """Walk the whole event chain, then hold every billed row against what the chain
+        says it must be (``replay.py``), in one read transaction (consistent snapshot)."""
         with self.dialect.read() as conn:
             head = trail.read_head(conn, self.dialect)
-            return verify(trail.all_events(conn, self.dialect), head.seq, head.hash)
+            rep = Replay()
+            report = verify(_fed(trail.all_events(conn, self.dialect), rep), head.seq, head.hash)
+            if not report.ok:
+                return report
+            sql = self.dialect.sql
+            rows = stream(conn.execute(sql(allocations.ALL_ROWS)), allocations.ALLOCATION, 10_000)
+            bad = check_allocations(rep, rows, lambda seq: trail.event_at(conn, self.dialect, seq))
+            if bad is None:
+                bad = check_periods(rep, conn.execute(sql(nodes.ALL_PERIODS)).fetchall())
+            if bad is not None:
+                return ChainReport(False, report.events, None, bad[1])
+            return report
 
     def bulk_insert(self, params: Sequence[Sequence[Any]]) -> None:
         """Benchmark/import helper: raw ``INSERT_ALLOCATION_BULK`` rows, no events."""
@@ -330,3 +346,10 @@ class SqlLedger:
             tx.conn.cursor().executemany(
                 self.dialect.sql(allocations.INSERT_ALLOCATION_BULK), params
             )
+
+
+def _fed(events: Iterator[EventRecord], replay: Replay) -> Iterator[EventRecord]:
+    """The events, each also fed to the replay as the chain walk reads it."""
+    for e in events:
+        replay.feed(e)
+        yield e

@@ -32,6 +32,7 @@ INSERT_HEAD = "INSERT INTO chain_head (id, seq, hash) VALUES (1, 0, ?)"
 INSERT_EVENT = f"INSERT INTO events ({EVENT.columns}) VALUES ({', '.join('?' * len(EVENT.fields))})"
 SELECT_EVENTS = f"SELECT {EVENT.columns} FROM events WHERE seq > ? ORDER BY seq LIMIT ?"
 SELECT_ALL_EVENTS = f"SELECT {EVENT.columns} FROM events ORDER BY seq"
+SELECT_EVENT = f"SELECT {EVENT.columns} FROM events WHERE seq = ?"
 
 
 class Tx:
@@ -74,6 +75,10 @@ def read_head(conn: Any, dialect: Dialect) -> Head:
     head = fetch_one(conn.execute(dialect.sql(HEAD)), HEAD_ROW)
     assert head is not None, "chain_head is written by the first migration"
     return head
+
+
+def event_at(conn: Any, dialect: Dialect, seq: int) -> EventRecord | None:
+    return fetch_one(conn.execute(dialect.sql(SELECT_EVENT), (seq,)), EVENT)
 
 
 def all_events(conn: Any, dialect: Dialect) -> Iterator[EventRecord]:
