@@ -1,4 +1,4 @@
-"""``headroom`` command line: serve, simulate, agent, ledger, claim."""
+"""``headroom`` command line: serve, simulate, agent, ledger, claim, top."""
 
 from __future__ import annotations
 
@@ -217,10 +217,11 @@ def build_parser() -> argparse.ArgumentParser:
 def _optional_commands() -> list[Callable[[Any], object]]:
     from drivers.agent.cli import add_agent_command
     from extender.dra.cli import add_claim_command
+    from extender.http.top import add_top_command
     from extender.ledger.cli import add_ledger_command
 
     commands: list[Callable[[Any], object]] = [add_agent_command, add_ledger_command]
-    commands.append(add_claim_command)
+    commands += [add_claim_command, add_top_command]
     return commands
 
 

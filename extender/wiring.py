@@ -37,6 +37,7 @@ from extender.scheduling.binder import Binder, InProcessBinder
 from extender.scheduling.service import SchedulingService, ServiceConfig
 from extender.scoring import Limits, Weights, policy_by_name
 from extender.settings import Settings
+from extender.state.gauges import attach_nodes
 from extender.state.inventory import Inventory
 from extender.wire.clock import Clock, SystemClock
 from extender.wire.tls import CertReloader, files_present
@@ -80,6 +81,7 @@ def build(settings: Settings, clock: Clock | None = None, binder: Binder | None 
     )
     service.rebuild()
     attach_ledger(lambda: service.ledger, clock)
+    attach_nodes(service.nodes)
     sync = None
     if api is not None:
         sync = ClusterSync(api, service)

@@ -50,6 +50,11 @@ DASHBOARD_METRICS = (
     "headroom_chargeback_dollars",
     "headroom_discrepancies_total",
     "headroom_ledger_write_seconds_bucket",
+    "headroom_extender_request_duration_seconds_bucket",
+    "headroom_node_gpu_headroom_bytes",
+    "headroom_node_report_age_seconds",
+    "headroom_namespace_grants",
+    "headroom_unpriced_nodes",
 )
 
 # The deployable variants and the kinds each build must produce (exact counts).

@@ -30,6 +30,7 @@ from extender.http.bodies import BodyTooLarge, Schemas
 from extender.http.bounds import Invalid
 from extender.http.edge import BodyBudget, Edge, EdgePolicy, route_limits
 from extender.http.health import health_router
+from extender.http.nodes import nodes_router
 from extender.http.scheduler import Limits, scheduler_error, scheduler_router
 from extender.http.webhook import WebhookPolicy, webhook_router
 from extender.scheduling.service import SchedulingService
@@ -98,6 +99,7 @@ def create_app(
         audit_router(lambda: service.ledger, service.clock),
         dependencies=[Depends(_reader(audit_token))],
     )
+    app.include_router(nodes_router(service), dependencies=[Depends(_reader(audit_token))])
     app.include_router(health_router(lambda: service.ledger.ping(), ready))
     _document(app, schemas)
     return app

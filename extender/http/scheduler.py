@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from extender.core.allocation import LedgerUnavailable
 from extender.core.runtime import collect_due
 from extender.http.bodies import JSON, BodyTooLarge, Schemas, read_body
 from extender.http.bounds import Invalid, check_args, check_binding, check_preemption, safe_decode
+from extender.ledger.metrics import SCHEDULING
 from extender.scheduling.service import SchedulingService
 from extender.wire.logs import RateLimitedLog
 from extender.wire.protocol import (
@@ -88,12 +90,16 @@ class SchedulerRoute(APIRoute):
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
+        latency = SCHEDULING.request_seconds.labels(verb=self.path.strip("/"))
 
         async def handle(request: Request) -> Response:
+            started = time.perf_counter()
             try:
                 return await handler(request)
             except MAPPED as e:
                 return scheduler_error(e)
+            finally:
+                latency.observe(time.perf_counter() - started)
 
         return handle
 

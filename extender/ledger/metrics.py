@@ -131,14 +131,33 @@ class LedgerCollector(Collector):
             by_key[k] = by_key.get(k, 0) + a.grant.memory_mib
             by_status[a.status.value] = by_status.get(a.status.value, 0) + 1
             names[(a.pod.uid, a.grant.gpu_uuid)] = (a.pod.namespace, a.pod.name)
+        namespaces = GaugeMetricFamily(
+            "headroom_namespace_granted_bytes",
+            "GPU memory granted by active allocations, per namespace",
+            labels=["namespace"],
+        )
+        grants = GaugeMetricFamily(
+            "headroom_namespace_grants",
+            "Active (pod, GPU) grants per namespace",
+            labels=["namespace"],
+        )
+        by_ns: dict[str, tuple[int, int]] = {}
         for (ns, node, gpu), mib in sorted(by_key.items()):
             granted.add_metric([ns, node, gpu], mib * MIB)
+        for a in active:
+            total, n = by_ns.get(a.pod.namespace, (0, 0))
+            by_ns[a.pod.namespace] = (total + a.grant.memory_mib, n + 1)
+        for ns, (mib, n) in sorted(by_ns.items()):
+            namespaces.add_metric([ns], mib * MIB)
+            grants.add_metric([ns], n)
         for status, n in sorted(by_status.items()):
             count.add_metric([status], n)
         for (uid, gpu), mib in sorted(self.metrics.last_used(set(names)).items()):
             ns, pod = names[(uid, gpu)]
             used.add_metric([ns, pod, gpu], mib * MIB)
         yield granted
+        yield namespaces
+        yield grants
         yield count
         yield used
         yield self._chargeback(ledger)
@@ -188,6 +207,14 @@ class SchedulingMetrics:
             registry=registry,
         )
         self.binds = Counter("headroom_binds", "Bind outcomes", ["outcome"], registry=registry)
+        # what kube-scheduler waits for, per verb (its httpTimeout is 5 s)
+        self.request_seconds = Histogram(
+            "headroom_extender_request_duration_seconds",
+            "Extender verb latency as answered to kube-scheduler (body read to reply)",
+            ["verb"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+            registry=registry,
+        )
 
 
 METRICS = LedgerMetrics(REGISTRY)

@@ -31,6 +31,7 @@ from extender.scoring import Policy
 from extender.state.inventory import Inventory
 from extender.state.nodefacts import NodeFacts
 from extender.state.podcache import pod_ref
+from extender.state.snapshot import NodeRow, snapshot
 from extender.state.workload import WorkloadMix
 from extender.wire.clock import Clock
 from extender.wire.names import Priorities
@@ -105,6 +106,10 @@ class SchedulingService:
 
     def report(self, report: NodeReport) -> ReportResponse:
         return self.intake.report(report)
+
+    def nodes(self) -> list[NodeRow]:
+        """Per node and GPU: measured, granted, headroom, report age, price (read-only)."""
+        return snapshot(self.inventory, self.clock.now())
 
     # --- the grants' lifecycle (start-up, kube/, standalone release) ----------------------
 
