@@ -31,6 +31,7 @@ from extender.http.bounds import Invalid
 from extender.http.edge import BodyBudget, Edge, EdgePolicy, route_limits
 from extender.http.health import health_router
 from extender.http.nodes import nodes_router
+from extender.http.page import page_router
 from extender.http.scheduler import Limits, scheduler_error, scheduler_router
 from extender.http.webhook import WebhookPolicy, webhook_router
 from extender.scheduling.service import SchedulingService
@@ -100,6 +101,7 @@ def create_app(
         dependencies=[Depends(_reader(audit_token))],
     )
     app.include_router(nodes_router(service), dependencies=[Depends(_reader(audit_token))])
+    app.include_router(page_router())  # holds no data: its script reads /v1 with the token
     app.include_router(health_router(lambda: service.ledger.ping(), ready))
     _document(app, schemas)
     return app
