@@ -1,9 +1,11 @@
-"""The README's standalone commands work as written: ``headroom serve`` with the token
-file, ``headroom agent`` with the same token, and the extender then places a pod on the
-agent's node. Without a token, ``serve`` says at start that every report will be refused."""
+"""The README's standalone walk-through works as written: ``headroom serve`` with the
+token file, two ``headroom agent`` with the same token, then the second block exactly as
+printed (a pod filtered and bound with curl, ``headroom top``, the chargeback). Without a
+token, ``serve`` says at start that every report will be refused."""
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import subprocess
@@ -12,26 +14,37 @@ import time
 from pathlib import Path
 
 import httpx
-import msgspec
 
 from tests.e2e.cluster import free_port
-from tests.support import gpu_pod
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
+def readme_blocks() -> list[list[str]]:
+    """The command lines of the README's two standalone blocks, continuation lines
+    joined."""
+    text = README.read_text().split("Standalone, on one machine", 1)[1]
+    blocks = []
+    for part in text.split("```bash")[1:3]:
+        block = part.split("```", 1)[0].replace("\\\n", " ")
+        blocks.append([ln for ln in block.splitlines() if ln.strip()])
+    return blocks
+
+
+def as_argv(line: str) -> list[str]:
+    """A ``.venv/bin/headroom ...`` line as this interpreter's ``extender.cli``."""
+    return [sys.executable, "-m", "extender.cli", *shlex.split(line)[1:]]
+
+
 def readme_commands() -> list[list[str]]:
-    """The ``headroom`` command lines of the README's standalone block, continuation
-    lines joined, ``.venv/bin/headroom`` run as this interpreter's ``extender.cli``."""
-    text = README.read_text()
-    block = text.split("Standalone, on one machine", 1)[1].split("```bash", 1)[1]
-    block = block.split("```", 1)[0].replace("\\\n", " ")
-    lines = [ln for ln in block.splitlines() if ln.startswith(".venv/bin/headroom")]
-    return [[sys.executable, "-m", "extender.cli", *shlex.split(ln)[1:]] for ln in lines]
+    """The ``headroom`` command lines of the first block (serve, then the agents)."""
+    return [as_argv(ln) for ln in readme_blocks()[0] if ln.startswith(".venv/bin/headroom")]
 
 
 def _with_port(cmd: list[str], port: int) -> list[str]:
-    return [re.sub(r"\b8888\b", str(port), a) for a in cmd]
+    """The command on this test's ports: the extender's, and a free one per agent."""
+    ports = {"8888": str(port), "9402": str(free_port()), "9403": str(free_port())}
+    return [re.sub(r"\b(8888|9402|9403)\b", lambda m: ports[m.group(1)], a) for a in cmd]
 
 
 def _wait(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
@@ -48,35 +61,64 @@ def _wait(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
     raise AssertionError(f"serve not ready: {log.read_text()[-2000:]}")
 
 
-def test_the_readme_standalone_commands_report_and_schedule(tmp_path: Path) -> None:
-    serve_cmd, agent_cmd = readme_commands()
+def test_the_readme_walk_through_reports_schedules_and_bills(tmp_path: Path) -> None:
+    serve_cmd, *agent_cmds = readme_commands()
+    assert len(agent_cmds) == 2
     (tmp_path / "agent-token").write_text("a-token-for-this-test\n")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    serve_log, agent_log = tmp_path / "serve.log", tmp_path / "agent.log"
-    with open(serve_log, "wb") as out:
-        serve = subprocess.Popen(_with_port(serve_cmd, port), cwd=tmp_path, stdout=out, stderr=out)
-    agent = None
+    logs = [tmp_path / f"{i}.log" for i in range(3)]
+    procs: list[subprocess.Popen[bytes]] = []
     try:
-        _wait(url, serve, serve_log)
-        with open(agent_log, "wb") as out:
-            agent = subprocess.Popen(
-                _with_port(agent_cmd, port), cwd=tmp_path, stdout=out, stderr=out
+        with open(logs[0], "wb") as out:
+            procs.append(
+                subprocess.Popen(_with_port(serve_cmd, port), cwd=tmp_path, stdout=out, stderr=out)
             )
-        args = {"Pod": gpu_pod("p", memory="8Gi"), "Nodes": None, "NodeNames": ["gpu-1"]}
-        deadline = time.monotonic() + 60
-        passing: list[str] = []
-        while time.monotonic() < deadline and not passing:
-            reply = httpx.post(url + "/filter", content=msgspec.json.encode(args)).json()
-            passing = reply["NodeNames"] or []
-            time.sleep(0.2)
-        assert passing == ["gpu-1"], agent_log.read_text()[-2000:]
-        assert "401" not in agent_log.read_text()
+        _wait(url, procs[0], logs[0])
+        for cmd, log in zip(agent_cmds, logs[1:], strict=True):
+            with open(log, "wb") as out:
+                procs.append(
+                    subprocess.Popen(_with_port(cmd, port), cwd=tmp_path, stdout=out, stderr=out)
+                )
+        _wait_for_nodes(url, {"gpu-1", "gpu-2"}, logs)
+        outputs = [_run(line, port, tmp_path) for line in readme_blocks()[1]]
     finally:
-        for p in (agent, serve):
-            if p is not None:
-                p.terminate()
-                p.wait(10)
+        for p in reversed(procs):
+            p.terminate()
+            p.wait(10)
+    filtered, bound, top, bill = outputs
+    assert json.loads(filtered)["NodeNames"] == ["gpu-2"]  # the cheaper GiB-hour
+    assert json.loads(bound) == {"Error": ""}
+    gpu_lines = [ln.split() for ln in top.splitlines() if ln.startswith(("gpu-1", "gpu-2"))]
+    assert [ln[0] for ln in gpu_lines] == ["gpu-1", "gpu-2"]
+    assert "8192" in top and top.splitlines()[-1].startswith("2 node(s), 5 GPU(s)")
+    ml = [ln.split() for ln in bill.splitlines() if ln.startswith("ml ")]
+    assert ml and ml[0][1] == "1"  # one allocation, billed to namespace ml, at a price
+    assert "unpriced" not in bill and "UNPRICED" not in bill
+    assert all("401" not in log.read_text() for log in logs[1:])
+
+
+def _wait_for_nodes(url: str, names: set[str], logs: list[Path]) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        seen = {n["name"] for n in httpx.get(url + "/v1/nodes").json()["items"]}
+        if seen >= names:
+            return
+        time.sleep(0.2)
+    raise AssertionError("agents never reported: " + logs[1].read_text()[-2000:])
+
+
+def _run(line: str, port: int, cwd: Path) -> str:
+    """One README line as written (curl through bash; headroom as this interpreter)."""
+    line = re.sub(r"\b8888\b", str(port), line)
+    if line.startswith(".venv/bin/headroom"):
+        proc = subprocess.run(as_argv(line), cwd=cwd, capture_output=True, text=True, timeout=60)
+    else:
+        proc = subprocess.run(
+            ["bash", "-c", line], cwd=cwd, capture_output=True, text=True, timeout=60
+        )
+    assert proc.returncode == 0, f"{line}\n{proc.stderr[-2000:]}"
+    return proc.stdout
 
 
 def test_serve_without_a_token_says_reports_will_be_refused(tmp_path: Path) -> None:

@@ -85,6 +85,16 @@ def add_agent_command(
     p.add_argument("--metrics-tls-key-file", metavar="F", help="key for --metrics-tls-cert-file")
     p.add_argument("--seed", type=int, default=0, help="seed of the simulated driver")
     p.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        type=_label,
+        metavar="KEY=VALUE",
+        help="a node label to report (repeatable), e.g. node.kubernetes.io/instance-type="
+        "g5.12xlarge: standalone there is no Node object to read it from (in a cluster the "
+        "extender reads the Node's labels)",
+    )
+    p.add_argument(
         "--proc-root",
         default="/proc",
         help="host /proc (the agent needs hostPID: true; NVML returns host PIDs)",
@@ -116,6 +126,7 @@ def make_driver(args: argparse.Namespace) -> tuple[GpuDriver, Attributor]:
 def run_agent_command(args: argparse.Namespace) -> int:
     """Entry for ``headroom agent``; returns the process exit code."""
     setup_logging(args.log_level)
+    args.labels = dict(args.label)
     if not args.node:
         print("headroom agent: --node or $NODE_NAME is required", file=sys.stderr)
         return 2
@@ -142,7 +153,9 @@ def run_agent_command(args: argparse.Namespace) -> int:
 
 
 def _once(driver: GpuDriver, attribute: Attributor, args: argparse.Namespace) -> int:
-    agent = Agent(driver, args.node, attribute, SystemClock(), interval_s=args.interval)
+    agent = Agent(
+        driver, args.node, attribute, SystemClock(), interval_s=args.interval, labels=args.labels
+    )
     report = agent.sample()
     sys.stdout.buffer.write(msgspec.json.encode(report) + b"\n")
     sys.stdout.flush()
@@ -165,13 +178,21 @@ def _loop(driver: GpuDriver, attribute: Attributor, args: argparse.Namespace) ->
         sender=sender,
         metrics=metrics,
         interval_s=args.interval,
+        labels=args.labels,
     )
     server = None
     if args.metrics_port:
         tls = None
         if args.metrics_tls_cert_file:
             tls = CertReloader(args.metrics_tls_cert_file, args.metrics_tls_key_file)
-        server = MetricsServer(metrics.registry, agent.healthy, args.metrics_port, tls=tls).start()
+        try:
+            server = MetricsServer(metrics.registry, agent.healthy, args.metrics_port, tls=tls)
+        except OSError as e:
+            raise OSError(
+                f"metrics port {args.metrics_port}: {e.strerror}"
+                " (another agent on this machine? give each its own --metrics-port)"
+            ) from None
+        server.start()
     stop = threading.Event()
     _stop_on_signals(stop)
     log.info(
@@ -212,3 +233,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     return int(args.func(args))
+
+
+def _label(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r}: a label is KEY=VALUE")
+    return key, value
