@@ -132,6 +132,15 @@ def authenticator(settings: Settings, api: object | None) -> Authenticator:
                 ttl_s=settings.token_review_ttl_s,
                 max_entries=settings.token_review_cache_size,
             )
+    ways = []
+    if shared is not None:
+        ways.append(f"the shared token in {settings.agent_token_file}")
+    if reviewer is not None:
+        ways.append(f"ServiceAccount tokens of audience {settings.agent_token_audience!r}")
+    if settings.allow_unauthenticated_reports:
+        ways.append("no token at all (--allow-unauthenticated-reports)")
+    if ways:  # once, at start: what an agent must present (never the token itself)
+        log.info("agent reports are authenticated by " + " or ".join(ways))
     if shared is None and reviewer is None and not settings.allow_unauthenticated_reports:
         log.warning(
             "no agent can report: every POST /v1/reports will be refused (401) until the "
