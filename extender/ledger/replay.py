@@ -136,9 +136,8 @@ def check_allocations(
         for name, got, exp in zip(_MOVED, moved, expected, strict=True):
             if got != exp:
                 return a.id, f"allocation {a.id}: {name} was edited ({got!r}, trail: {exp!r})"
-    for i in sorted(set(replay.rows) - seen):
-        return i, f"allocation {i} was deleted"
-    return None
+    deleted = sorted(set(replay.rows) - seen)
+    return (deleted[0], f"allocation {deleted[0]} was deleted") if deleted else None
 
 
 def check_periods(replay: Replay, rows: Iterable[tuple[Any, ...]]) -> tuple[int, str] | None:
@@ -153,9 +152,8 @@ def check_periods(replay: Replay, rows: Iterable[tuple[Any, ...]]) -> tuple[int,
         for name in PERIOD:
             if values[name] != want[name]:
                 return pid, f"node period {pid}: {name} was edited"
-    for pid in sorted(set(replay.periods) - seen):
-        return pid, f"node period {pid} was deleted"
-    return None
+    deleted = sorted(set(replay.periods) - seen)
+    return (deleted[0], f"node period {deleted[0]} was deleted") if deleted else None
 
 
 def _edited_static(a: Allocation, event: EventRecord | None) -> str:
