@@ -80,6 +80,11 @@ def _spans(data: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     return words, opens + 1, lengths
 
 
+def _summed(hashes: np.ndarray, shares: np.ndarray) -> Fingerprint:
+    """A fingerprint from its names' hashes and set shares (sums wrap: order-free)."""
+    return len(hashes), int(hashes.sum(dtype=np.uint64)), int(shares.sum(dtype=np.uint64))
+
+
 def _fmix(x: np.ndarray) -> np.ndarray:
     """MurmurHash3's 64-bit finaliser, element-wise: a bijection in which every input
     bit flips every output bit with probability about one half."""
@@ -124,7 +129,8 @@ class NameIndex:
         self._ids: dict[bytes, int] = {}
         self._bytes: list[bytes] = []  # by id
         self._strings = np.empty(1024, dtype=object)
-        # per id, two random 64-bit keys: a list's fingerprint sums them
+        # per id, the name's hash and set share (``fingerprint``), made when it is
+        # added: a list read into ids is fingerprinted by summing them (``fingerprint_of``)
         self._keys = np.zeros((2, 1024), np.uint64)
         self._rng = np.random.default_rng()
         # the fingerprint's keys, secret to the process: per word of a name a key and an
@@ -162,9 +168,18 @@ class NameIndex:
                 return 0, 0, 0
             spans = _spans(b'["' + b'","'.join(names) + b'"]')  # as Go writes it
             assert spans is not None
+        return _summed(*self._keyed(spans))
+
+    def fingerprint_of(self, ids: np.ndarray) -> Fingerprint:
+        """``fingerprint`` of the list these ids (read while the token holds) name, from
+        the hashes each name got when it was added: a list read into ids for the first
+        time needs no pass over its bytes to be known again in another order."""
+        return _summed(self._keys[0, ids], self._keys[1, ids])
+
+    def _keyed(self, spans: tuple[np.ndarray, np.ndarray, np.ndarray]) -> tuple[np.ndarray, ...]:
+        """Each name's keyed hash and its set share (``_spans`` gives the spans)."""
         hashes = _hashes(*spans, self._hash_keys)
-        shares = _fmix(hashes ^ self._hash_keys[-1])
-        return len(hashes), int(hashes.sum(dtype=np.uint64)), int(shares.sum(dtype=np.uint64))
+        return hashes, _fmix(hashes ^ self._hash_keys[-1])
 
     def read_ids(self, data: bytes) -> tuple[np.ndarray, np.ndarray] | None:
         """``read``, with the strings left in the pool they are in: (ids, pool), the
@@ -210,7 +225,7 @@ class NameIndex:
     def _add_new(self, names: list[bytes], found: list[int | None]) -> bool | None:
         """Gives each name not yet known an id (once, however often listed), writing it
         into ``found``; False (nothing added) when they would overfill the index, None
-        when a name is not UTF-8."""
+        when a name is not UTF-8 or not plain (``_spans`` cannot read it)."""
         new: dict[bytes, int] = {}
         for k, i in enumerate(found):
             if i is None:
@@ -219,13 +234,16 @@ class NameIndex:
             strings = [name.decode() for name in new]
         except UnicodeDecodeError:
             return None
+        spans = _spans(b'["' + b'","'.join(new) + b'"]')  # as Go writes them
+        if spans is None:
+            return None
         size = sum(map(len, new))
         if self._used + size > self.capacity_bytes:
             return False
         self._reserve(len(new))
         ids = slice(self.count, self.count + len(new))
         self._strings[ids] = strings
-        self._keys[:, ids] = self._rng.integers(0, 2**64, (2, len(new)), np.uint64)
+        self._keys[0, ids], self._keys[1, ids] = self._keyed(spans)
         self._ids.update(new)
         self._bytes.extend(new)
         self._used += size
@@ -244,15 +262,22 @@ class NameIndex:
             keys[:, : self.count] = self._keys[:, : self.count]
             self._keys = keys
 
-    def learn(self, name: str) -> None:
+    def learn(self, name: str) -> int | None:
         """Intern a node's name before any list names it (an agent reported the node):
         the first filter after a start or failover then finds its 5,000 names known
-        instead of decoding each. Names that are not plain, or would overfill the
-        index, are left to the lists that carry them."""
+        instead of decoding each. Returns its id (None: a name that is not plain, or
+        would overfill the index, is left to the lists that carry it). The pool keeps
+        ``name`` itself, hashed: the object the inventory keys the node by, so a
+        look-up of a list's strings there finds each by identity."""
         data = name.encode()
-        if data in self._ids or msgspec.json.encode(name) != b'"' + data + b'"':
-            return
-        self._add_new([data], [None])
+        known = self._ids.get(data)
+        if known is not None:
+            return known
+        if msgspec.json.encode(name) != b'"' + data + b'"' or not self._add_new([data], [None]):
+            return None
+        hash(name)  # computed now, at report intake, not on a filter
+        self._strings[self.count - 1] = name
+        return self.count - 1
 
     def name_bytes(self) -> list[bytes]:
         """Every name's bytes by id, for writing names without making strings
