@@ -23,6 +23,8 @@ from collections.abc import Sequence
 import msgspec
 import numpy as np
 
+from extender.codec.learned import LearnedNames
+
 NAME_MAX = 253  # protocol.NodeName: a DNS subdomain
 WORDS = (NAME_MAX + 7) // 8  # 8-byte words of the longest name
 Fingerprint = tuple[int, int, int]  # see NameIndex.fingerprint
@@ -101,17 +103,32 @@ def _hashes(
     """Each name's keyed hash: word j of it mixed under its own key and weighted, the
     words summed, the length mixed in. A keyed mix per word, not a plain weighted sum:
     names whose words differ only in a swap of their top bytes collide under a sum."""
-    hashes = np.zeros(len(starts), np.uint64)
+    return _hashed(_name_words(words, starts, lengths), lengths, keys)
+
+
+def _name_words(words: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
+    """Word j of every name, for each j: its bytes past the name's end zero (all zero
+    for a name that ended before it)."""
+    out = []
     shortest = int(lengths.min())
     for j in range((int(lengths.max()) + 7) // 8):
-        left = lengths - 8 * j  # bytes of the name from word j on
         if 8 * j < shortest:  # every name has bytes here
             word = words[starts + 8 * j]
-        else:  # not every name: the others' reads kept inside the body, their shares 0
+        else:  # not every name: the others' reads kept inside the body
             word = words[np.minimum(starts + 8 * j, len(words) - 1)]
         if 8 * j + 8 > shortest:  # some name ends in this word: only its bytes count
-            word &= _MASKS[np.clip(left, 0, 8)]
+            word &= _MASKS[np.clip(lengths - 8 * j, 0, 8)]
+        out.append(word)
+    return out
+
+
+def _hashed(name_words: list[np.ndarray], lengths: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """``_hashes`` from the names' words (``_name_words``)."""
+    hashes = np.zeros(len(lengths), np.uint64)
+    shortest = int(lengths.min())
+    for j, word in enumerate(name_words):
         share = _fmix(word ^ keys[j]) * keys[WORDS + j]
+        left = lengths - 8 * j  # bytes of the name from word j on: none, a share of 0
         hashes += share if 8 * j < shortest else np.where(left > 0, share, np.uint64(0))
     return _fmix(hashes ^ lengths.astype(np.uint64))
 
@@ -132,6 +149,7 @@ class NameIndex:
         # per id, the name's hash and set share (``fingerprint``), made when it is
         # added: a list read into ids is fingerprinted by summing them (``fingerprint_of``)
         self._keys = np.zeros((2, 1024), np.uint64)
+        self._learned = LearnedNames()  # found by hash: the first list after a start
         self._rng = np.random.default_rng()
         # the fingerprint's keys, secret to the process: per word of a name a key and an
         # odd weight (``_hashes``), then the set share's key
@@ -208,6 +226,9 @@ class NameIndex:
         return ids
 
     def _ids_of(self, data: bytes) -> np.ndarray | None:
+        known = self._known_ids(data)
+        if known is not None:
+            return known
         names = split_names(data)
         if names is None:
             return None
@@ -262,6 +283,17 @@ class NameIndex:
             keys[:, : self.count] = self._keys[:, : self.count]
             self._keys = keys
 
+    def _known_ids(self, data: bytes) -> np.ndarray | None:
+        """The ids of a list as Go writes it whose every name was learned (``learned``:
+        whole-array operations, no dict look-up per name); None for any other list."""
+        spans = _spans(data) if self._learned.count else None
+        if spans is None:
+            return None
+        words, starts, lengths = spans
+        name_words = _name_words(words, starts, lengths)
+        hashes = _hashed(name_words, lengths, self._hash_keys)
+        return self._learned.find(hashes, name_words, lengths)
+
     def learn(self, name: str) -> int | None:
         """Intern a node's name before any list names it (an agent reported the node):
         the first filter after a start or failover then finds its 5,000 names known
@@ -276,8 +308,10 @@ class NameIndex:
         if msgspec.json.encode(name) != b'"' + data + b'"' or not self._add_new([data], [None]):
             return None
         hash(name)  # computed now, at report intake, not on a filter
-        self._strings[self.count - 1] = name
-        return self.count - 1
+        wire_id = self.count - 1
+        self._strings[wire_id] = name
+        self._learned.add(wire_id, data, self._keys[0, wire_id])
+        return wire_id
 
     def name_bytes(self) -> list[bytes]:
         """Every name's bytes by id, for writing names without making strings

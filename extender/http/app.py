@@ -101,6 +101,7 @@ def create_app(
         if known is not None:
             service.name_known(node, *known)
 
+    app.state.learn = learn  # what the report route calls (the warm-up's nodes too)
     app.include_router(webhook_router(webhook or WebhookPolicy()))
     app.include_router(scheduler_router(service, codec, verbs, bind_pool, refresh_plans, schemas))
     app.include_router(agents_router(service, writers, refresh_plans, schemas, learn))

@@ -144,6 +144,10 @@ class Inventory:
                 node.draining = draining
                 self._touch(name)
 
+    def empty_like(self) -> Inventory:
+        """An empty inventory pricing nodes alike (the start-up warm-up's scratch)."""
+        return Inventory(self._pricebook)
+
     def name_known(self, name: str, token: object, wire_id: int) -> None:
         """The id the HTTP edge's decoder reads the node's name as (``NodeColumns``)."""
         with self._lock:
