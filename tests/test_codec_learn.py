@@ -136,3 +136,48 @@ def test_rows_found_by_wire_id_are_the_rows_found_by_name() -> None:
     assert wire_id is not None
     cols.name_known(names[7], index.token, wire_id)
     check(listed)
+
+
+def _by_name(index: NameIndex, names: list[str]) -> list[int]:
+    return [index._ids[n.encode()] for n in names]
+
+
+def test_a_list_of_learned_names_is_read_by_hash_as_by_name() -> None:
+    """Names learned at report intake are found by their hashes (``codec.learned``),
+    checked byte for byte: the ids are those a look-up by name gives, whatever the
+    names' lengths; a list with a name not learned is read by name."""
+    index = NameIndex()
+    rng = random.Random(5)
+    names = [f"n{i}" for i in range(10)] + ["x" * 253, "gpu-\u00e9\u00e8-1", "a" * 8, "b" * 16]
+    names += [f"ip-10-0-{i // 250}-{i % 250}.eu-west-1.compute.internal" for i in range(1500)]
+    for name in rng.sample(names, len(names)):
+        index.learn(name)
+    listed = rng.sample(names, 700) + names[:3]  # a name twice too
+    data = msgspec.json.encode(listed)
+    known = index._known_ids(data)
+    assert known is not None and known.tolist() == _by_name(index, listed)
+    read = index.read_ids(data)
+    assert read is not None and read[0].tolist() == _by_name(index, listed)
+    unlearned = msgspec.json.encode([*listed[:50], "not-learned"])
+    assert index._known_ids(unlearned) is None
+    read = index.read_ids(unlearned)
+    assert read is not None and [read[1][i] for i in read[0]] == [*listed[:50], "not-learned"]
+    spaced = b'[ "' + b'", "'.join(n.encode() for n in listed) + b'" ]'
+    assert index._known_ids(spaced) is None  # not as Go writes it: read by name
+
+
+def test_names_whose_hashes_collide_are_told_apart_by_their_bytes() -> None:
+    """With the hash keys zeroed every name of one length has one hash: a list is then
+    found by hash only where the bytes agree, and otherwise read by name, correctly."""
+    index = NameIndex()
+    index._hash_keys[:] = 0
+    names = [f"node-{i:03d}" for i in range(300)]
+    for name in names:
+        index.learn(name)
+    for listed in ([names[0]], names[::-1], random.Random(2).sample(names, 50)):
+        data = msgspec.json.encode(listed)
+        found = index._known_ids(data)
+        assert found is None or found.tolist() == _by_name(index, listed)
+        read = index.read_ids(data)
+        assert read is not None and read[0].tolist() == _by_name(index, listed)
+    assert index._known_ids(msgspec.json.encode(names[1:3])) is None  # bytes disagree
