@@ -167,10 +167,10 @@ def test_a_list_of_learned_names_is_read_by_hash_as_by_name() -> None:
 
 
 def test_names_whose_hashes_collide_are_told_apart_by_their_bytes() -> None:
-    """With the hash keys zeroed every name of one length has one hash: a list is then
+    """With the multipliers zeroed every name has one hash: a list is then
     found by hash only where the bytes agree, and otherwise read by name, correctly."""
     index = NameIndex()
-    index._hash_keys[:] = 0
+    index._learned._mult[:] = 0  # every name hashes to 0: one run of slots
     names = [f"node-{i:03d}" for i in range(300)]
     for name in names:
         index.learn(name)

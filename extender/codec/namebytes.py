@@ -149,8 +149,8 @@ class NameIndex:
         # per id, the name's hash and set share (``fingerprint``), made when it is
         # added: a list read into ids is fingerprinted by summing them (``fingerprint_of``)
         self._keys = np.zeros((2, 1024), np.uint64)
-        self._learned = LearnedNames()  # found by hash: the first list after a start
         self._rng = np.random.default_rng()
+        self._learned = LearnedNames(self._rng)  # found by hash: the first list after a start
         # the fingerprint's keys, secret to the process: per word of a name a key and an
         # odd weight (``_hashes``), then the set share's key
         self._hash_keys = self._rng.integers(0, 2**64, 2 * WORDS + 1, np.uint64)
@@ -290,9 +290,7 @@ class NameIndex:
         if spans is None:
             return None
         words, starts, lengths = spans
-        name_words = _name_words(words, starts, lengths)
-        hashes = _hashed(name_words, lengths, self._hash_keys)
-        return self._learned.find(hashes, name_words, lengths)
+        return self._learned.find(_name_words(words, starts, lengths), lengths)
 
     def learn(self, name: str) -> int | None:
         """Intern a node's name before any list names it (an agent reported the node):
@@ -310,7 +308,7 @@ class NameIndex:
         hash(name)  # computed now, at report intake, not on a filter
         wire_id = self.count - 1
         self._strings[wire_id] = name
-        self._learned.add(wire_id, data, self._keys[0, wire_id])
+        self._learned.add(wire_id, data)
         return wire_id
 
     def name_bytes(self) -> list[bytes]:

@@ -251,8 +251,20 @@ def _rows_of(by_id: Ints, ids: Ints) -> Ints:
 
 
 def _ascending(rows: Ints) -> Ints | None:
-    """Positions in ascending row order (unavailable nodes, -1, first); None if in order."""
-    return None if _in_order(rows) else np.argsort(rows, kind="stable")
+    """Positions in ascending row order (unavailable nodes, -1, first, in list order); None
+    if in order. A list of distinct names has distinct rows but for -1, so the order is
+    placed by one scatter over the row numbers instead of a sort (a list naming a node
+    twice is sorted: the same order, stably)."""
+    if _in_order(rows):
+        return None
+    live = rows >= 0
+    none, at = np.flatnonzero(~live), np.flatnonzero(live)
+    by_row = np.full(int(rows.max()) + 1, -1, np.int64)
+    by_row[rows[at]] = at
+    placed = by_row[by_row >= 0]
+    if len(placed) != len(at):
+        return np.argsort(rows, kind="stable")
+    return np.concatenate([none, placed])
 
 
 def _in_order(rows: Ints) -> bool:
