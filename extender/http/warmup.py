@@ -7,7 +7,7 @@ ones do: FastAPI reading each endpoint's source file on the endpoint's first cal
 first calls of the decoding and FGD kernels, and the heap's first growth to a request's
 working set. None of that is state; all of it belongs to the process.
 
-Two steps, neither changing anything a user sees (the service's inventory, workload mix,
+Three steps, none changing anything a user sees (the service's inventory, workload mix,
 plans, codec, ledger, metrics; ``tests/test_warmup.py`` checks):
 
 1. the real app's ``/filter`` and ``/prioritize`` are called with an empty body: through
@@ -16,7 +16,10 @@ plans, codec, ledger, metrics; ``tests/test_warmup.py`` checks):
 2. a scratch app (``create_app`` over a scratch ``SchedulingService``: the same policy,
    config and clock, an empty inventory pricing alike, the ledger object never written)
    learns ``NODES`` synthetic nodes as reports teach them and answers a filter and a
-   prioritize of the shape kube-scheduler sends; then it is dropped.
+   prioritize of the shape kube-scheduler sends; then it is dropped;
+3. the heap grown once to a large request's working set (``HEAP_BYTES``), every page
+   written: with the trim threshold ``tune_runtime`` sets the pages stay, and the first
+   5,000-node filter's temporaries take them instead of faulting in fresh ones.
 
 Requests carry ``WARM_UP`` in their ASGI scope, which nothing on the network can set, and
 the scheduler routes leave them out of the latency histogram.
@@ -30,6 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
+import numpy as np
 from fastapi import FastAPI
 
 from extender.http.app import create_app
@@ -39,6 +43,8 @@ from extender.wire.report import GpuReport, NodeReport
 
 log = logging.getLogger("headroom.warmup")
 NODES = 512  # enough for every kernel's paths; report intake is not what is warmed
+# a 5,000-node FGD pass holds a few MB of temporaries at once; the rest is headroom
+HEAP_BYTES = 16 << 20
 GPUS = 4
 GPU_MIB = 24_576
 POD = {
@@ -53,7 +59,8 @@ POD = {
 
 
 async def warm_up(app: FastAPI, service: SchedulingService, nodes: int = NODES) -> None:
-    """Both steps; a failure is logged and start-up goes on (it only costs time later)."""
+    """The three steps; a failure is logged and start-up goes on (it only costs time
+    later). Call it after ``tune_runtime``, which keeps the heap's pages."""
     try:
         for verb in ("/filter", "/prioritize"):
             await call(app, verb, b"")
@@ -61,6 +68,15 @@ async def warm_up(app: FastAPI, service: SchedulingService, nodes: int = NODES) 
     except Exception:
         log.exception("warm-up failed; the first requests will pay for it")
     gc.collect()  # the scratch app's cycles: freed now, not inside a request
+    _grow_heap(HEAP_BYTES)
+
+
+def _grow_heap(size: int) -> None:
+    """``size`` bytes of heap written and freed, in blocks each under the mmap threshold
+    (so malloc takes them from the heap, which keeps them once freed)."""
+    block = 1 << 20
+    blocks = [np.ones(block // 8) for _ in range(size // block)]
+    del blocks
 
 
 async def _scratch(service: SchedulingService, nodes: int) -> None:
