@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -61,6 +62,7 @@ POD = {
 async def warm_up(app: FastAPI, service: SchedulingService, nodes: int = NODES) -> None:
     """The three steps; a failure is logged and start-up goes on (it only costs time
     later). Call it after ``tune_runtime``, which keeps the heap's pages."""
+    started = time.perf_counter()
     try:
         for verb in ("/filter", "/prioritize"):
             await call(app, verb, b"")
@@ -69,6 +71,7 @@ async def warm_up(app: FastAPI, service: SchedulingService, nodes: int = NODES) 
         log.exception("warm-up failed; the first requests will pay for it")
     gc.collect()  # the scratch app's cycles: freed now, not inside a request
     _grow_heap(HEAP_BYTES)
+    log.info("warmed up", extra={"seconds": round(time.perf_counter() - started, 3)})
 
 
 def _grow_heap(size: int) -> None:
