@@ -7,7 +7,9 @@ ids: the JSON array is split at its quotes (``bytes.split``, in C), its punctuat
 checked, and each name's bytes looked up in a dict of the names seen before. No
 ``str`` is made for a name seen before; a new one is decoded once. A permutation of a
 list read before, what kube-scheduler sends for most pods, is told by ``fingerprint``
-instead: whole-array hashing of the body's bytes, no name split out or looked up.
+instead: whole-array hashing of the body's bytes, no name split out or looked up. Names
+agents reported are learned ahead of the lists (``learn``); a list of learned names, the
+first after a start above all, is read into ids by hash (``learned``), not by dict.
 
 Names are interned for the process: the same bytes always give the same id and the very
 same ``str``. The pool is bounded; when full it is cleared and ids start again, and the

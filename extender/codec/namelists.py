@@ -216,9 +216,9 @@ class ArgsDecoder:
         name, so the order of a list changes no answer it acts on, and its parallel
         filter workers send the same candidates in a new order for every pod. Told by
         fingerprint (``NameIndex.fingerprint``): no name looked up, and the plan made for
-        the list answers it, reply and all. With no list kept to be (the first after a
-        start), its bytes are not hashed: it is read into ids, and fingerprinted from
-        the hashes its names got when they were learned."""
+        the list answers it, reply and all. While no list is kept (the first after a
+        start), there is none it could be: its bytes are not hashed, it is read into ids
+        and fingerprinted from the hashes its names got when they were added."""
         key = _key(data)
         seen = self._lists.get(key)
         if seen is not None and seen[0] == data:
