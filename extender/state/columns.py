@@ -2,7 +2,9 @@
 scored by a vectorised pass over its rows, in place (``whole``; ``scoring.fragmentation``),
 or a few NumPy passes over rows taken out (``scoring.batch``), not 5,000 Python calls.
 Each row carries the change number of its last write, so request plans find what
-changed since they were made without looking up names (``changed``).
+changed since they were made without looking up names (``changed``). A candidate list
+read into the HTTP decoder's ids finds its rows by those ids, told at report intake
+(``name_known``), not by a look-up per name.
 
 A derived index, never the source of truth: the inventory rewrites a node's row from its
 ``NodeView`` whenever the node changed (before the next read), and writes report times
@@ -29,7 +31,7 @@ from extender.scoring.model import Limits, NodeView
 from extender.wire.names import Candidates, names_key, same_names
 
 _GRID = ("total", "committed", "reserved", "present")  # [width, rows], as GpuBatch
-UNKNOWN = -2  # a wire id whose node's row the columns were not told (see wire_ids)
+UNKNOWN = -2  # a wire id whose node's row the columns were not told (see name_known)
 _LINE = (
     "node_total",
     "node_committed",
