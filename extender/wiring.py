@@ -25,6 +25,7 @@ from extender.http.connections import (
     raise_file_limit,
 )
 from extender.http.tokenreview import TokenReviewer
+from extender.http.warmup import warm_up
 from extender.http.webhook import WebhookPolicy
 from extender.kube.binder import KubeBinder
 from extender.kube.client import api_client
@@ -185,6 +186,7 @@ async def serve(built: Built, settings: Settings) -> None:
     reloads them whenever they change. SIGTERM/SIGINT stop both listeners.
     """
     tune_runtime()
+    await warm_up(built.app, built.service)  # before any listener: /healthz waits for it
     quiet_accept_errors()
     cap = ConnectionCap(connection_cap(settings.max_connections, raise_file_limit()))
     log.info(

@@ -22,6 +22,7 @@ from extender.scoring.framework import evaluate_batch, evaluate_rows
 from extender.scoring.model import GpuView, NodeView
 from extender.scoring.policy import Shape
 from extender.state.columns import NodeColumns
+from extender.state.columns import _ascending as columns_ascending
 from extender.state.demand import CapacityPref, GpuDemand
 from tests import fragmentation_reference as ref
 
@@ -262,3 +263,20 @@ def test_inventory_columns_read_availability_and_prices() -> None:
         )
     assert cols.changed(rows, layout, since=7) is None  # new rows: the old ones are void
     assert cols.whole(lim).total.shape[1] >= 600 and cols.whole(lim).mig_busy[row]
+
+
+def test_rows_in_ascending_order_are_what_a_stable_sort_gives() -> None:
+    """``NodeColumns`` places a list's rows in ascending order by a scatter over the row
+    numbers; with unreported nodes (-1) and a node listed twice it is the stable sort."""
+    rng = np.random.default_rng(0)
+    for trial in range(300):
+        n = int(rng.integers(2, 300))
+        rows = rng.permutation(n + int(rng.integers(0, 50)))[:n].astype(np.int64)
+        rows[rng.random(n) < 0.2] = -1
+        if trial % 3 == 0:
+            rows[1] = rows[0]
+        got = columns_ascending(rows)
+        if bool((rows[1:] >= rows[:-1]).all()):
+            assert got is None
+        else:
+            assert got is not None and got.tolist() == np.argsort(rows, kind="stable").tolist()

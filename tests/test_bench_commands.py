@@ -39,6 +39,11 @@ ROOT = Path(__file__).resolve().parents[1]
             "| shuffled | prioritize | whole request | 4 |",
         ),  # 3 pods after a warm-up pod
         ("bench/names.py", ["--nodes", "30", "--reads", "3"], "| simulated (node-00042) |"),
+        (
+            "bench/coldstart.py",
+            ["--runs", "1", "--nodes", "30", "--filters", "2", "--in-process"],
+            "| first / later filters |",
+        ),
     ],
 )
 def test_a_bench_command_prints_its_table(script: str, args: list[str], row: str) -> None:

@@ -41,10 +41,13 @@ class Codec:
         self._replies: OrderedDict[int, tuple[Priorities, bytes]] = OrderedDict()
         self._last_scores: tuple[NameList, np.ndarray, bytes] | None = None
 
-    def learn(self, node: str) -> None:
+    def learn(self, node: str) -> tuple[object, int] | None:
         """A node the extender heard of (an agent's report): its name is read ahead of
-        the candidate lists that will carry it."""
-        self.index.learn(node)
+        the candidate lists that will carry it. Returns the id lists read into ids
+        (``Candidates.ids``) will give it and the token they carry, or None if its
+        name is left to be read from the lists."""
+        wire_id = self.index.learn(node)
+        return None if wire_id is None else (self.index.token, wire_id)
 
     def decode_args(self, body: bytes) -> ExtenderArgs:
         """filter's and prioritize's arguments as sent (raises msgspec's errors for a bad

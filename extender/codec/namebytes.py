@@ -7,7 +7,9 @@ ids: the JSON array is split at its quotes (``bytes.split``, in C), its punctuat
 checked, and each name's bytes looked up in a dict of the names seen before. No
 ``str`` is made for a name seen before; a new one is decoded once. A permutation of a
 list read before, what kube-scheduler sends for most pods, is told by ``fingerprint``
-instead: whole-array hashing of the body's bytes, no name split out or looked up.
+instead: whole-array hashing of the body's bytes, no name split out or looked up. Names
+agents reported are learned ahead of the lists (``learn``); a list of learned names, the
+first after a start above all, is read into ids by hash (``learned``), not by dict.
 
 Names are interned for the process: the same bytes always give the same id and the very
 same ``str``. The pool is bounded; when full it is cleared and ids start again, and the
@@ -22,6 +24,8 @@ from collections.abc import Sequence
 
 import msgspec
 import numpy as np
+
+from extender.codec.learned import LearnedNames
 
 NAME_MAX = 253  # protocol.NodeName: a DNS subdomain
 WORDS = (NAME_MAX + 7) // 8  # 8-byte words of the longest name
@@ -80,6 +84,11 @@ def _spans(data: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     return words, opens + 1, lengths
 
 
+def _summed(hashes: np.ndarray, shares: np.ndarray) -> Fingerprint:
+    """A fingerprint from its names' hashes and set shares (sums wrap: order-free)."""
+    return len(hashes), int(hashes.sum(dtype=np.uint64)), int(shares.sum(dtype=np.uint64))
+
+
 def _fmix(x: np.ndarray) -> np.ndarray:
     """MurmurHash3's 64-bit finaliser, element-wise: a bijection in which every input
     bit flips every output bit with probability about one half."""
@@ -96,17 +105,32 @@ def _hashes(
     """Each name's keyed hash: word j of it mixed under its own key and weighted, the
     words summed, the length mixed in. A keyed mix per word, not a plain weighted sum:
     names whose words differ only in a swap of their top bytes collide under a sum."""
-    hashes = np.zeros(len(starts), np.uint64)
+    return _hashed(_name_words(words, starts, lengths), lengths, keys)
+
+
+def _name_words(words: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
+    """Word j of every name, for each j: its bytes past the name's end zero (all zero
+    for a name that ended before it)."""
+    out = []
     shortest = int(lengths.min())
     for j in range((int(lengths.max()) + 7) // 8):
-        left = lengths - 8 * j  # bytes of the name from word j on
         if 8 * j < shortest:  # every name has bytes here
             word = words[starts + 8 * j]
-        else:  # not every name: the others' reads kept inside the body, their shares 0
+        else:  # not every name: the others' reads kept inside the body
             word = words[np.minimum(starts + 8 * j, len(words) - 1)]
         if 8 * j + 8 > shortest:  # some name ends in this word: only its bytes count
-            word &= _MASKS[np.clip(left, 0, 8)]
+            word &= _MASKS[np.clip(lengths - 8 * j, 0, 8)]
+        out.append(word)
+    return out
+
+
+def _hashed(name_words: list[np.ndarray], lengths: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """``_hashes`` from the names' words (``_name_words``)."""
+    hashes = np.zeros(len(lengths), np.uint64)
+    shortest = int(lengths.min())
+    for j, word in enumerate(name_words):
         share = _fmix(word ^ keys[j]) * keys[WORDS + j]
+        left = lengths - 8 * j  # bytes of the name from word j on: none, a share of 0
         hashes += share if 8 * j < shortest else np.where(left > 0, share, np.uint64(0))
     return _fmix(hashes ^ lengths.astype(np.uint64))
 
@@ -124,9 +148,11 @@ class NameIndex:
         self._ids: dict[bytes, int] = {}
         self._bytes: list[bytes] = []  # by id
         self._strings = np.empty(1024, dtype=object)
-        # per id, two random 64-bit keys: a list's fingerprint sums them
+        # per id, the name's hash and set share (``fingerprint``), made when it is
+        # added: a list read into ids is fingerprinted by summing them (``fingerprint_of``)
         self._keys = np.zeros((2, 1024), np.uint64)
         self._rng = np.random.default_rng()
+        self._learned = LearnedNames(self._rng)  # found by hash: the first list after a start
         # the fingerprint's keys, secret to the process: per word of a name a key and an
         # odd weight (``_hashes``), then the set share's key
         self._hash_keys = self._rng.integers(0, 2**64, 2 * WORDS + 1, np.uint64)
@@ -162,9 +188,18 @@ class NameIndex:
                 return 0, 0, 0
             spans = _spans(b'["' + b'","'.join(names) + b'"]')  # as Go writes it
             assert spans is not None
+        return _summed(*self._keyed(spans))
+
+    def fingerprint_of(self, ids: np.ndarray) -> Fingerprint:
+        """``fingerprint`` of the list these ids (read while the token holds) name, from
+        the hashes each name got when it was added: a list read into ids for the first
+        time needs no pass over its bytes to be known again in another order."""
+        return _summed(self._keys[0, ids], self._keys[1, ids])
+
+    def _keyed(self, spans: tuple[np.ndarray, np.ndarray, np.ndarray]) -> tuple[np.ndarray, ...]:
+        """Each name's keyed hash and its set share (``_spans`` gives the spans)."""
         hashes = _hashes(*spans, self._hash_keys)
-        shares = _fmix(hashes ^ self._hash_keys[-1])
-        return len(hashes), int(hashes.sum(dtype=np.uint64)), int(shares.sum(dtype=np.uint64))
+        return hashes, _fmix(hashes ^ self._hash_keys[-1])
 
     def read_ids(self, data: bytes) -> tuple[np.ndarray, np.ndarray] | None:
         """``read``, with the strings left in the pool they are in: (ids, pool), the
@@ -193,6 +228,9 @@ class NameIndex:
         return ids
 
     def _ids_of(self, data: bytes) -> np.ndarray | None:
+        known = self._known_ids(data)
+        if known is not None:
+            return known
         names = split_names(data)
         if names is None:
             return None
@@ -210,7 +248,7 @@ class NameIndex:
     def _add_new(self, names: list[bytes], found: list[int | None]) -> bool | None:
         """Gives each name not yet known an id (once, however often listed), writing it
         into ``found``; False (nothing added) when they would overfill the index, None
-        when a name is not UTF-8."""
+        when a name is not UTF-8 or not plain (``_spans`` cannot read it)."""
         new: dict[bytes, int] = {}
         for k, i in enumerate(found):
             if i is None:
@@ -219,13 +257,16 @@ class NameIndex:
             strings = [name.decode() for name in new]
         except UnicodeDecodeError:
             return None
+        spans = _spans(b'["' + b'","'.join(new) + b'"]')  # as Go writes them
+        if spans is None:
+            return None
         size = sum(map(len, new))
         if self._used + size > self.capacity_bytes:
             return False
         self._reserve(len(new))
         ids = slice(self.count, self.count + len(new))
         self._strings[ids] = strings
-        self._keys[:, ids] = self._rng.integers(0, 2**64, (2, len(new)), np.uint64)
+        self._keys[0, ids], self._keys[1, ids] = self._keyed(spans)
         self._ids.update(new)
         self._bytes.extend(new)
         self._used += size
@@ -244,15 +285,33 @@ class NameIndex:
             keys[:, : self.count] = self._keys[:, : self.count]
             self._keys = keys
 
-    def learn(self, name: str) -> None:
+    def _known_ids(self, data: bytes) -> np.ndarray | None:
+        """The ids of a list as Go writes it whose every name was learned (``learned``:
+        whole-array operations, no dict look-up per name); None for any other list."""
+        spans = _spans(data) if self._learned.count else None
+        if spans is None:
+            return None
+        words, starts, lengths = spans
+        return self._learned.find(_name_words(words, starts, lengths), lengths)
+
+    def learn(self, name: str) -> int | None:
         """Intern a node's name before any list names it (an agent reported the node):
         the first filter after a start or failover then finds its 5,000 names known
-        instead of decoding each. Names that are not plain, or would overfill the
-        index, are left to the lists that carry them."""
+        instead of decoding each. Returns its id (None: a name that is not plain, or
+        would overfill the index, is left to the lists that carry it). The pool keeps
+        ``name`` itself, hashed: the object the inventory keys the node by, so a
+        look-up of a list's strings there finds each by identity."""
         data = name.encode()
-        if data in self._ids or msgspec.json.encode(name) != b'"' + data + b'"':
-            return
-        self._add_new([data], [None])
+        known = self._ids.get(data)
+        if known is not None:
+            return known
+        if msgspec.json.encode(name) != b'"' + data + b'"' or not self._add_new([data], [None]):
+            return None
+        hash(name)  # computed now, at report intake, not on a filter
+        wire_id = self.count - 1
+        self._strings[wire_id] = name
+        self._learned.add(wire_id, data)
+        return wire_id
 
     def name_bytes(self) -> list[bytes]:
         """Every name's bytes by id, for writing names without making strings

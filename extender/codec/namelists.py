@@ -216,19 +216,23 @@ class ArgsDecoder:
         name, so the order of a list changes no answer it acts on, and its parallel
         filter workers send the same candidates in a new order for every pod. Told by
         fingerprint (``NameIndex.fingerprint``): no name looked up, and the plan made for
-        the list answers it, reply and all."""
+        the list answers it, reply and all. While no list is kept (the first after a
+        start), there is none it could be: its bytes are not hashed, it is read into ids
+        and fingerprinted from the hashes its names got when they were added."""
         key = _key(data)
         seen = self._lists.get(key)
         if seen is not None and seen[0] == data:
             self._lists.move_to_end(key)
             return seen[1]
-        fingerprint = self._index.fingerprint(data)
+        fingerprint = self._index.fingerprint(data) if self._sets else None
         same = self._sets.get(fingerprint) if fingerprint is not None else None
         if same is not None:  # not kept under these bytes: they will not come again
             self._lists.move_to_end(same.key)
             return same
         found = self._read(data, key)
         if found is not None:
+            if not self._sets and found.ids is not None and found.token is self._index.token:
+                fingerprint = self._index.fingerprint_of(found.ids)
             self._keep(key, data, found, fingerprint)
         return found
 

@@ -93,9 +93,18 @@ def create_app(
     verbs = Limits(max_body_bytes, max_nodes, max_bind_body_bytes, max_preempt_body_bytes)
     codec = Codec(service.node_changed)  # candidate lists decoded once, then known by bytes
     app.state.codec = codec  # where the edge keeps it (tests look at what it has read)
+
+    def learn(node: str) -> None:
+        """A reported node's name read ahead of the lists (``Codec.learn``), and the id
+        it will have there told to the state, which then finds its row by it."""
+        known = codec.learn(node)
+        if known is not None:
+            service.name_known(node, *known)
+
+    app.state.learn = learn  # what the report route calls (the warm-up's nodes too)
     app.include_router(webhook_router(webhook or WebhookPolicy()))
     app.include_router(scheduler_router(service, codec, verbs, bind_pool, refresh_plans, schemas))
-    app.include_router(agents_router(service, writers, refresh_plans, schemas, codec.learn))
+    app.include_router(agents_router(service, writers, refresh_plans, schemas, learn))
     app.include_router(
         audit_router(lambda: service.ledger, service.clock),
         dependencies=[Depends(_reader(audit_token))],

@@ -46,6 +46,9 @@ from extender.wire.protocol import (
 )
 
 log = logging.getLogger("headroom.server")
+# an ASGI scope key only an in-process caller can set (``extender.http.warmup``): the
+# request is not counted in the latency histogram users read
+WARM_UP = "headroom.warm_up"
 # one line per window, not one per refused bind, while the ledger is down
 ledger_down_log = RateLimitedLog(log, every_s=10.0)
 
@@ -99,7 +102,8 @@ class SchedulerRoute(APIRoute):
             except MAPPED as e:
                 return scheduler_error(e)
             finally:
-                latency.observe(time.perf_counter() - started)
+                if WARM_UP not in request.scope:
+                    latency.observe(time.perf_counter() - started)
 
         return handle
 

@@ -142,6 +142,11 @@ class SchedulingService:
         """A Node object's facts (labels, taints, deletion)."""
         self.inventory.update_facts(facts)
 
+    def name_known(self, node: str, token: object, wire_id: int) -> None:
+        """The edge's decoder reads the node's name as ``wire_id`` in candidate lists
+        carrying ``token``: their rows are then found by id (``NodeColumns``)."""
+        self.inventory.name_known(node, token, wire_id)
+
     def node_draining(self, node: str, draining: bool) -> None:
         """Karpenter is (or no longer is) deleting the node's NodeClaim."""
         self.inventory.set_draining(node, draining)

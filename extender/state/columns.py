@@ -2,7 +2,9 @@
 scored by a vectorised pass over its rows, in place (``whole``; ``scoring.fragmentation``),
 or a few NumPy passes over rows taken out (``scoring.batch``), not 5,000 Python calls.
 Each row carries the change number of its last write, so request plans find what
-changed since they were made without looking up names (``changed``).
+changed since they were made without looking up names (``changed``). A candidate list
+read into the HTTP decoder's ids finds its rows by those ids, told at report intake
+(``name_known``), not by a look-up per name.
 
 A derived index, never the source of truth: the inventory rewrites a node's row from its
 ``NodeView`` whenever the node changed (before the next read), and writes report times
@@ -26,9 +28,10 @@ from extender.scoring.batch import (
     row_of,
 )
 from extender.scoring.model import Limits, NodeView
-from extender.wire.names import names_key, same_names
+from extender.wire.names import Candidates, names_key, same_names
 
 _GRID = ("total", "committed", "reserved", "present")  # [width, rows], as GpuBatch
+UNKNOWN = -2  # a wire id whose node's row the columns were not told (see name_known)
 _LINE = (
     "node_total",
     "node_committed",
@@ -55,6 +58,11 @@ class NodeColumns:
         self.stamp = np.zeros(0, np.int64)  # the inventory's change number at the last write
         self.spot = self.mig_reserved = np.zeros(0, dtype=bool)  # mig_reserved: a MIG
         self.price = self.received = np.zeros(0)  # instance is granted; NaN: unknown/none
+        # the decoder's ids of reported nodes' names (see ``name_known``): per id its
+        # row (-1: none, UNKNOWN: not told), valid for lists carrying ``_token``
+        self._token: object = None
+        self._wire: dict[str, int] = {}
+        self._by_id = np.zeros(0, np.int64)
         self._grow(capacity, width)
 
     def _grow(self, capacity: int, width: int) -> None:
@@ -109,6 +117,28 @@ class NodeColumns:
             self.received[row] = np.nan
             self._spare.append(row)
             self._layout += 1
+            self._row_is(name, -1)
+
+    def name_known(self, name: str, token: object, wire_id: int) -> None:
+        """The HTTP edge's decoder reads the node's name as ``wire_id`` in lists that
+        carry ``token`` (``Candidates.ids``): told at report intake, so the first list
+        after a start finds its rows by one array look-up (``rows``) instead of a dict
+        look-up per name, cold in memory after thousands of reports. Kept as rows come
+        and go; another token (the decoder's index started over) starts it over."""
+        if token is not self._token:
+            self._token, self._wire = token, {}
+            self._by_id = np.full(len(self._by_id), UNKNOWN, np.int64)
+        if wire_id >= len(self._by_id):
+            grown = np.full(max(2 * len(self._by_id), wire_id + 1, 256), UNKNOWN, np.int64)
+            grown[: len(self._by_id)] = self._by_id
+            self._by_id = grown
+        self._wire[name] = wire_id
+        self._by_id[wire_id] = self._rows.get(name, -1)
+
+    def _row_is(self, name: str, row: int) -> None:
+        wire_id = self._wire.get(name)
+        if wire_id is not None:
+            self._by_id[wire_id] = row
 
     def _row_for(self, name: str) -> int:
         row = self._rows.get(name)
@@ -123,6 +153,7 @@ class NodeColumns:
             row, self._used = self._used, self._used + 1
         self._rows[name] = row
         self._layout += 1
+        self._row_is(name, row)
         return row
 
     # --- reads (the event loop) --------------------------------------------------------
@@ -170,6 +201,16 @@ class NodeColumns:
         return None
 
     def _look_up(self, names: Sequence[str]) -> Ints:
+        """By the decoder's ids where it told their rows (``name_known``), the rest (and
+        lists of other origins) by name."""
+        ids = None
+        if isinstance(names, Candidates) and self._token is not None:
+            ids = names.ids if names.token is self._token else None
+        if ids is not None:
+            rows = _rows_of(self._by_id, ids)
+            for i in np.flatnonzero(rows == UNKNOWN).tolist():
+                rows[i] = self._rows.get(names[i], -1)
+            return rows
         found = map(self._rows.get, names, repeat(-1))
         return np.fromiter(found, dtype=np.int64, count=len(names))
 
@@ -201,9 +242,31 @@ class NodeColumns:
         return self._whole[1]
 
 
+def _rows_of(by_id: Ints, ids: Ints) -> Ints:
+    """``by_id[ids]`` as a new array, UNKNOWN for ids past its end."""
+    if not len(ids) or int(ids.max()) < len(by_id):
+        return by_id[ids]
+    rows = np.full(len(ids), UNKNOWN, np.int64)
+    inside = ids < len(by_id)
+    rows[inside] = by_id[ids[inside]]
+    return rows
+
+
 def _ascending(rows: Ints) -> Ints | None:
-    """Positions in ascending row order (unavailable nodes, -1, first); None if in order."""
-    return None if _in_order(rows) else np.argsort(rows, kind="stable")
+    """Positions in ascending row order (unavailable nodes, -1, first, in list order); None
+    if in order. A list of distinct names has distinct rows but for -1, so the order is
+    placed by one scatter over the row numbers instead of a sort (a list naming a node
+    twice is sorted: the same order, stably)."""
+    if _in_order(rows):
+        return None
+    live = rows >= 0
+    none, at = np.flatnonzero(~live), np.flatnonzero(live)
+    by_row = np.full(int(rows.max()) + 1, -1, np.int64)
+    by_row[rows[at]] = at
+    placed = by_row[by_row >= 0]
+    if len(placed) != len(at):
+        return np.argsort(rows, kind="stable")
+    return np.concatenate([none, placed])
 
 
 def _in_order(rows: Ints) -> bool:

@@ -144,6 +144,15 @@ class Inventory:
                 node.draining = draining
                 self._touch(name)
 
+    def empty_like(self) -> Inventory:
+        """An empty inventory pricing nodes alike (the start-up warm-up's scratch)."""
+        return Inventory(self._pricebook)
+
+    def name_known(self, name: str, token: object, wire_id: int) -> None:
+        """The id the HTTP edge's decoder reads the node's name as (``NodeColumns``)."""
+        with self._lock:
+            self._columns.name_known(name, token, wire_id)
+
     def draining(self, name: str) -> bool:
         node = self._nodes.get(name)
         return node is not None and node.draining
