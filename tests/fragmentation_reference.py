@@ -3,8 +3,11 @@ time: the oracle ``extender.scoring.fragmentation`` (the one definition) is test
 
 Written for reading, not speed: every trial placement recomputes F from scratch.
     F(n)   = sum_m p_m * F_m(n)   (added in mix order)
-    F_m(n) = free memory on GPUs that cannot host one unit of m, if at least count_m can;
-             else all free memory. Whole-GPU shapes are hosted by idle GPUs; MIG shapes: 0.
+    F_m(n) = all free memory if the node's free CPU or host memory is less than m asks or
+             its GPU model is not one m allows; else free memory on GPUs that cannot host
+             one unit of m, if at least count_m can; else all free memory. Whole-GPU
+             shapes are hosted by idle GPUs; MIG shapes: 0. F after a placement sees the
+             node's CPU and memory as the pod leaves them.
 """
 
 from __future__ import annotations
@@ -12,19 +15,52 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from extender.scoring.fit import unit_mib
-from extender.scoring.model import GpuDemand, GpuView, Limits, NodeView
-from extender.scoring.policy import Context, Shape, chosen_fill_after, node_fill_after
+from extender.scoring.model import GpuDemand, GpuView, Limits, NodeView, ShapeLike
+from extender.scoring.policy import (
+    Context,
+    Shape,
+    chosen_fill_after,
+    host_fill_after,
+    node_fill_after,
+)
 
 State = list[tuple[int, bool]]  # per plain GPU: (free MiB >= 0, idle)
-Mix = Sequence[tuple[Shape, float]]
+Mix = Sequence[tuple[ShapeLike, float]]
+Host = tuple[int | None, int | None, str]  # free CPU milli, free memory MiB (None: unknown), model
+ANY_HOST: Host = (None, None, "")
 
 
-def task_fragment(state: State, shape: Shape) -> int:
+def host_of(node: NodeView, pod: GpuDemand | None = None) -> Host:
+    """The node's free CPU and memory (after ``pod``, when given) and its GPU model."""
+    cpu = node.cpu_allocatable_milli - node.cpu_requested_milli
+    mem = node.memory_allocatable_mib - node.memory_requested_mib
+    if pod is not None:
+        cpu, mem = cpu - pod.cpu_milli, mem - pod.host_memory_mib
+    return (
+        cpu if node.cpu_allocatable_milli else None,
+        mem if node.memory_allocatable_mib else None,
+        node.model,
+    )
+
+
+def can_run(shape: ShapeLike, host: Host) -> bool:
+    s = Shape(*shape)
+    cpu, mem, model = host
+    if cpu is not None and cpu < s.cpu_milli:
+        return False
+    if mem is not None and mem < s.host_memory_mib:
+        return False
+    return not s.models or model in s.models
+
+
+def task_fragment(state: State, shape: ShapeLike, host: Host = ANY_HOST) -> int:
     """F_m(n) for one shape, in MiB."""
-    count, mem, profile = shape
+    count, mem, profile = Shape(*shape)[:3]
     if profile:
         return 0  # MIG instances are fixed partitions, outside this measure
     total = sum(f for f, _ in state)
+    if not can_run(shape, host):
+        return total
     if mem is None:
         if sum(1 for _, idle in state if idle) >= count:
             return sum(f for f, idle in state if not idle)
@@ -34,9 +70,9 @@ def task_fragment(state: State, shape: Shape) -> int:
     return total
 
 
-def fragmentation(state: State, mix: Mix) -> float:
+def fragmentation(state: State, mix: Mix, host: Host = ANY_HOST) -> float:
     """F(n) in MiB."""
-    return sum(p * task_fragment(state, shape) for shape, p in mix)
+    return sum(p * task_fragment(state, shape, host) for shape, p in mix)
 
 
 def node_state(node: NodeView, lim: Limits) -> tuple[State, list[GpuView]]:
@@ -60,10 +96,11 @@ def greedy_place(
     state, plain = node_state(node, ctx.limits)
     slot = {g.uuid: i for i, g in enumerate(plain)}
     left, chosen = list(fitting), []
+    after = host_of(node, demand)
     for _ in range(demand.count):
 
         def key(g: GpuView, state: State = state) -> tuple[float, int, int]:
-            f = fragmentation(taken(state, slot[g.uuid], g, demand, ctx.limits), ctx.mix)
+            f = fragmentation(taken(state, slot[g.uuid], g, demand, ctx.limits), ctx.mix, after)
             return (f, g.free_mib(ctx.limits.margin_mib) if by_free else 0, g.index)
 
         best = min(left, key=key)
@@ -77,10 +114,10 @@ def delta(node: NodeView, demand: GpuDemand, chosen: Sequence[GpuView], ctx: Con
     """F after one unit on each chosen GPU - F before, in MiB."""
     state, plain = node_state(node, ctx.limits)
     slot = {g.uuid: i for i, g in enumerate(plain)}
-    before = fragmentation(state, ctx.mix)
+    before = fragmentation(state, ctx.mix, host_of(node))
     for g in chosen:
         state = taken(state, slot[g.uuid], g, demand, ctx.limits)
-    return fragmentation(state, ctx.mix) - before
+    return fragmentation(state, ctx.mix, host_of(node, demand)) - before
 
 
 TIE = 1 / 64  # the headroom policy's tie weight (``policies.headroom.TIE``)
@@ -94,8 +131,7 @@ def raw(
     score = -delta(node, demand, chosen, ctx) / 1024
     if policy == "headroom":
         lim = ctx.limits
-        fill = 0.5 * chosen_fill_after(demand, chosen, lim) + 0.5 * node_fill_after(
-            node, demand, chosen, lim
-        )
+        node_fill = host_fill_after(node, demand, node_fill_after(node, demand, chosen, lim))
+        fill = 0.5 * chosen_fill_after(demand, chosen, lim) + 0.5 * node_fill
         score += TIE * fill
     return chosen, score

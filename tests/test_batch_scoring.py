@@ -37,7 +37,8 @@ def gpu(draw: st.DrawFn, index: int) -> GpuView:
     used = draw(st.sampled_from([0, 300, 1024, 1500, 6000, 20_000, total]))
     mig = draw(st.sampled_from(["", "", "", "", "1g.10gb"]))
     committed = max(used, reserved)
-    return GpuView(f"GPU-{index}", index, "X", total, committed, reserved, mig)
+    model = draw(st.sampled_from(["X", "X", "Y"]))
+    return GpuView(f"GPU-{index}", index, model, total, committed, reserved, mig)
 
 
 @st.composite
@@ -46,7 +47,25 @@ def node(draw: st.DrawFn, i: int) -> NodeView:
     order = draw(st.permutations(range(count)))  # agents may list GPUs in any order
     gpus = tuple(draw(gpu(j)) for j in order)
     capacity = draw(st.sampled_from(["spot", "on-demand", ""]))
-    return NodeView(f"n{i}", gpus, capacity, "g5.12xlarge", 0.01, version=1)
+    cpu = draw(st.sampled_from([0, 8000, 32_000]))  # 0: allocatable not known
+    mem = draw(st.sampled_from([0, 65_536]))
+    return NodeView(
+        f"n{i}",
+        gpus,
+        capacity,
+        "g5.12xlarge",
+        0.01,
+        version=1,
+        cpu_allocatable_milli=cpu,
+        cpu_requested_milli=draw(st.sampled_from([0, 2000, 7000, cpu])),
+        memory_allocatable_mib=mem,
+        memory_requested_mib=draw(st.sampled_from([0, 30_000, mem])),
+    )
+
+
+HOST_CPU = [0, 0, 1000, 4000, 12_000]
+HOST_MEM = [0, 0, 8192, 40_000]
+MODELS = [frozenset(), frozenset(), frozenset({"X"}), frozenset({"Y", "Z"})]
 
 
 demands = st.builds(
@@ -54,12 +73,23 @@ demands = st.builds(
     count=st.integers(1, 4),
     memory_mib=st.sampled_from(MEMS),
     capacity=st.sampled_from(list(CapacityPref)),
+    cpu_milli=st.sampled_from(HOST_CPU),
+    host_memory_mib=st.sampled_from(HOST_MEM),
+)
+shapes = st.one_of(
+    st.tuples(st.integers(1, 3), st.sampled_from(MEMS), st.sampled_from(["", "", "2g.20gb"])),
+    st.builds(
+        Shape,
+        st.integers(1, 3),
+        st.sampled_from(MEMS),
+        st.just(""),
+        st.sampled_from(HOST_CPU),
+        st.sampled_from(HOST_MEM),
+        st.sampled_from(MODELS),
+    ),
 )
 mixes = st.lists(
-    st.tuples(
-        st.tuples(st.integers(1, 3), st.sampled_from(MEMS), st.sampled_from(["", "", "2g.20gb"])),
-        st.floats(0.01, 1.0),
-    ),
+    st.tuples(shapes, st.floats(0.01, 1.0)),
     min_size=1,
     max_size=5,
 )

@@ -172,7 +172,11 @@ def test_alibaba_mapping() -> None:
     mm = {"T4": [16 * GIB] * 4, "V100M32": [32 * GIB] * 8, "A10": [24 * GIB] * 2}
     p = alibaba_pod(row("1", "500", "T4", "LS"), mm)
     assert p is not None
-    assert p.demand == GpuDemand(1, 8 * GIB, capacity=CapacityPref.ON_DEMAND)
+    od = CapacityPref.ON_DEMAND
+    t4 = frozenset({"T4"})
+    assert p.demand == GpuDemand(
+        1, 8 * GIB, capacity=od, cpu_milli=4000, host_memory_mib=8192, models=t4
+    )
     assert p.models == frozenset({"T4"})
     # no spec: a share of the smallest GPU in the cluster, so it fits everywhere
     p = alibaba_pod(row("1", "250", "nan", "BE"), mm)
@@ -181,8 +185,14 @@ def test_alibaba_mapping() -> None:
     p = alibaba_pod(row("1", "100", "V100M32|A10", "Burstable"), mm)
     assert p is not None and p.demand.memory_mib == 2458  # ceil(0.1 x 24576)
     p = alibaba_pod(row("4", "1000", "", "Guaranteed"), mm)
-    assert p is not None and p.demand == GpuDemand(4, None, capacity=CapacityPref.ON_DEMAND)
+    assert p is not None
+    assert p.demand == GpuDemand(4, None, capacity=od, cpu_milli=4000, host_memory_mib=8192)
     assert alibaba_pod(row("0", "0", "", "BE"), mm) is None
+    # openb as its paper runs it: any capacity type, CPU-only pods as pods asking no GPU
+    p = alibaba_pod(row("1", "500", "", "LS"), mm, qos_capacity=False)
+    assert p is not None and p.demand.capacity is CapacityPref.ANY
+    p = alibaba_pod(row("0", "0", "", "BE"), mm, cpu_only=True)
+    assert p is not None and p.demand == GpuDemand(0, cpu_milli=4000, host_memory_mib=8192)
 
 
 def test_synthetic_trace_matches_its_documented_shares() -> None:

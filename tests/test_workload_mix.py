@@ -3,6 +3,7 @@ throws away every cached evaluation) only when it really moved."""
 
 from __future__ import annotations
 
+from extender.scoring.model import Shape
 from extender.state.demand import GpuDemand
 from extender.state.workload import DEFAULT_MIX, WorkloadMix
 
@@ -11,7 +12,7 @@ def test_a_steady_workload_publishes_once() -> None:
     mix = WorkloadMix(publish_every=10)
     for _ in range(500):
         mix.observe(GpuDemand(1, 4096))
-    assert mix.mix == (((1, 4096, ""), 1.0),)
+    assert mix.mix == ((Shape(1, 4096), 1.0),)
     assert mix.version == 1  # later publications found nothing new
 
 
@@ -24,8 +25,8 @@ def test_a_new_shape_in_the_top_is_published() -> None:
         mix.observe(GpuDemand(2, None))
     shares = dict(mix.mix)
     assert mix.version > before
-    assert set(shares) == {(1, 4096, ""), (2, None, "")}
-    assert abs(shares[(1, 4096, "")] - shares[(2, None, "")]) < 0.1
+    assert set(shares) == {Shape(1, 4096), Shape(2, None)}
+    assert abs(shares[Shape(1, 4096)] - shares[Shape(2, None)]) < 0.1
 
 
 def test_ever_new_shapes_stay_bounded() -> None:
@@ -58,4 +59,16 @@ def test_shares_follow_the_decay_of_older_arrivals() -> None:
     assert {shape: round(p, 12) for shape, p in mix.mix} == {
         shape: round(w / total, 12) for shape, w in weights.items()
     }
-    assert dict(mix.mix)[(2, None, "")] > 0.5  # decay favours the recent arrivals
+    assert dict(mix.mix)[Shape(2, None)] > 0.5  # decay favours the recent arrivals
+
+
+def test_the_mix_records_what_a_shape_needs_of_the_node() -> None:
+    """Two pods alike on GPUs but not on CPU are two shapes: FGD counts a GPU behind a
+    node's exhausted CPU as fragmented for the CPU-hungry one only."""
+    mix = WorkloadMix(publish_every=1)
+    mix.observe(GpuDemand(1, None, cpu_milli=2_000, host_memory_mib=4096))
+    mix.observe(GpuDemand(1, None, cpu_milli=16_000, models=frozenset({"NVIDIA-A10G"})))
+    assert {shape for shape, _ in mix.mix} == {
+        Shape(1, None, "", 2_000, 4096),
+        Shape(1, None, "", 16_000, 0, frozenset({"NVIDIA-A10G"})),
+    }

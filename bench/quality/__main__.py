@@ -5,7 +5,11 @@
 Every policy runs through kube-scheduler's arithmetic (``scheduler.KUBE``) and, for
 reference, the ideal argmax (``scheduler.IDEAL``), ``--repeats`` times (seeds seed,
 seed+1, ...: cluster, trace, arrival order and tie-breaks all change). ``--nodes/--pods``
-pick an Alibaba ``cluster-trace-gpu-v2023`` node and pod CSV instead of the synthetic ones.
+pick an Alibaba ``cluster-trace-gpu-v2023`` node and pod CSV instead of the synthetic ones;
+``--openb gpu|all`` runs the openb trace in ``../shared/data/openb`` as its paper does
+(docs/scheduling.md, "The openb trace"): every GPU 16,000 MiB (a share of g milli-GPU is
+g x 16 MiB), every pod allowed on any capacity type, to 130% of capacity however many pods
+fail; ``all`` adds the 310 CPU-only nodes and the trace's CPU-only pods.
 """
 
 from __future__ import annotations
@@ -28,6 +32,10 @@ from .run import Result, inflate
 from .scheduler import IDEAL, KUBE, Mode
 from .trace import TracePod, make_trace, read_alibaba_pods, trace_mix
 
+OPENB = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "openb"
+OPENB_NODES = {"gpu": "openb_node_list_gpu_node.csv", "all": "openb_node_list_all_node.csv"}
+OPENB_PODS = "openb_pod_list_default.csv"
+OPENB_GPU_MIB = 16_000
 EXACT = Limits(margin_mib=0, idle_mib=0)  # the evaluator's accounting is exact: no margin
 
 
@@ -61,6 +69,7 @@ class Setup:
     fail_streak: int
     alibaba_nodes: Path | None = None
     alibaba_pods: Path | None = None
+    openb: str = ""  # "gpu" | "all": the paper's setting (see the module docstring)
 
 
 def make_policy(name: str, seed: int) -> NodePolicy:
@@ -74,8 +83,19 @@ def make_policy(name: str, seed: int) -> NodePolicy:
 def workload(setup: Setup, seed: int) -> tuple[list[SimNode], list[TracePod]]:
     prices = load_pricebook()
     if setup.alibaba_nodes and setup.alibaba_pods:
-        nodes = read_alibaba_nodes(setup.alibaba_nodes, seed, prices, setup.spot_share)
-        pods, _ = read_alibaba_pods(setup.alibaba_pods, model_memory(nodes))
+        paper, everything = bool(setup.openb), setup.openb == "all"
+        nodes = read_alibaba_nodes(
+            setup.alibaba_nodes,
+            seed,
+            prices,
+            setup.spot_share,
+            gpu_mib=OPENB_GPU_MIB if paper else None,
+            cpu_nodes=everything,
+        )
+        mm = model_memory([n for n in nodes if n.gpu_total_mib])
+        pods, _ = read_alibaba_pods(
+            setup.alibaba_pods, mm, qos_capacity=not paper, cpu_only=everything
+        )
         return nodes, pods
     return make_cluster(setup.nodes, seed, prices, setup.spot_share), make_trace(
         setup.trace_pods, seed
@@ -95,7 +115,7 @@ def one_run(c: Contender, mode: Mode, seed: int, setup: Setup) -> Result:
         c.narrowing,
         seed,
         c.label,
-        model_memory(nodes),
+        model_memory([n for n in nodes if n.gpu_total_mib]),
         setup.max_arrived,
         setup.fail_streak,
     )
@@ -118,26 +138,49 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--alibaba-nodes", type=Path, help="openb_node_list CSV")
     ap.add_argument("--alibaba-pods", type=Path, help="openb_pod_list CSV")
     ap.add_argument("--no-ideal", action="store_true", help="skip the ideal-argmax runs")
+    ap.add_argument(
+        "--openb",
+        choices=sorted(OPENB_NODES),
+        help="the openb trace from ../shared/data/openb: GPU nodes only, or all nodes with the "
+        "CPU-only pods too (runs to --max-arrived whatever fails)",
+    )
+    ap.add_argument("--only", help="comma-separated policy labels to run (default: all)")
     a = ap.parse_args(argv)
+    if a.openb:
+        a.alibaba_nodes, a.alibaba_pods = OPENB / OPENB_NODES[a.openb], OPENB / OPENB_PODS
+        a.fail_streak = 10**9
     setup = Setup(
-        a.nodes, a.spot_share, 5000, a.max_arrived, a.fail_streak, a.alibaba_nodes, a.alibaba_pods
+        a.nodes,
+        a.spot_share,
+        5000,
+        a.max_arrived,
+        a.fail_streak,
+        a.alibaba_nodes,
+        a.alibaba_pods,
+        a.openb or "",
     )
     modes = (KUBE,) if a.no_ideal else (KUBE, IDEAL)
-    tasks = [(c, m, a.seed + r) for c in CONTENDERS for m in modes for r in range(a.repeats)]
+    chosen = [c for c in CONTENDERS if not a.only or c.label in a.only.split(",")]
+    tasks = [(c, m, a.seed + r) for c in chosen for m in modes for r in range(a.repeats)]
     runs: dict[tuple[str, str], list[Result]] = {}
     with ProcessPoolExecutor(max_workers=a.jobs) as pool:
         futures = [pool.submit(one_run, c, m, s, setup) for c, m, s in tasks]
         for f in tqdm(as_completed(futures), total=len(futures), desc="runs", unit="run"):
             r = f.result()
             runs.setdefault((r.label, r.mode), []).append(r)
-    labels = [c.label for c in CONTENDERS]
+    labels = [c.label for c in chosen]
     text = table(runs, labels)
-    source = "Alibaba CSV" if a.alibaba_nodes else f"synthetic, {a.nodes} nodes"
+    if a.openb:
+        source = f"openb, {'all nodes, CPU-only pods too' if a.openb == 'all' else 'GPU nodes'}"
+    else:
+        source = "Alibaba CSV" if a.alibaba_nodes else f"synthetic, {a.nodes} nodes"
     title = f"{source}, spot share {a.spot_share:.0%}, {a.repeats} repeats, seed {a.seed}"
     a.out.mkdir(parents=True, exist_ok=True)
-    plot_allocation(runs, labels, a.out / "quality-allocation.png", title)
-    plot_cost(runs, labels, a.out / "quality-cost.png", title)
-    if not splice(a.out / "scheduling.md", f"_{title}._\n\n{text}"):
+    stem = f"quality-openb-{a.openb}" if a.openb else "quality"
+    plot_allocation(runs, labels, a.out / f"{stem}-allocation.png", title)
+    plot_cost(runs, labels, a.out / f"{stem}-cost.png", title)
+    name = f"openb-{a.openb}" if a.openb else ""
+    if not splice(a.out / "scheduling.md", f"_{title}._\n\n{text}", name):
         print("(no table markers in scheduling.md; table printed only)", file=sys.stderr)
     print(text)
     return 0

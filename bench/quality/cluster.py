@@ -102,6 +102,10 @@ class SimNode:
                 self.instance_type,
                 self.per_gib_hour,
                 self.version,
+                cpu_allocatable_milli=self.cpu_milli,
+                cpu_requested_milli=self.cpu_used,
+                memory_allocatable_mib=self.memory_mib,
+                memory_requested_mib=self.mem_used,
             )
         return self._view
 
@@ -172,31 +176,32 @@ def make_cluster(n: int, seed: int, prices: PriceBook, spot_share: float = 0.5) 
 
 
 def read_alibaba_nodes(
-    path: Path, seed: int, prices: PriceBook, spot_share: float = 0.5
+    path: Path,
+    seed: int,
+    prices: PriceBook,
+    spot_share: float = 0.5,
+    gpu_mib: int | None = None,
+    cpu_nodes: bool = False,
 ) -> list[SimNode]:
-    """Nodes from an ``openb_node_list`` CSV; nodes without GPUs are skipped."""
+    """Nodes from an ``openb_node_list`` CSV. Nodes without GPUs are skipped unless
+    ``cpu_nodes`` (then kept, unpriced: only CPU-only pods can use them). ``gpu_mib``:
+    every GPU's memory, whatever its model (the trace's unit is a share of one GPU)."""
     rng = random.Random(seed)
     nodes = []
     with path.open(newline="") as f:
         for row in csv.DictReader(f):
             gpus = int(row["gpu"] or 0)
+            cpu, mem = int(row["cpu_milli"]), int(row["memory_mib"])
             if gpus <= 0:
+                if cpu_nodes:
+                    nodes.append(SimNode(row["sn"], "", ON_DEMAND, "", (), cpu, mem, 0.0, None))
                 continue
             model = (row.get("model") or "").strip()
             gib, itype = ALIBABA_MODELS.get(model, UNKNOWN_MODEL)
             capacity = SPOT if rng.random() < spot_share else ON_DEMAND
+            size = gpu_mib or gib * GIB
             nodes.append(
-                priced_node(
-                    row["sn"],
-                    itype,
-                    capacity,
-                    model,
-                    gpus,
-                    gib * GIB,
-                    int(row["cpu_milli"]),
-                    int(row["memory_mib"]),
-                    prices,
-                )
+                priced_node(row["sn"], itype, capacity, model, gpus, size, cpu, mem, prices)
             )
     return nodes
 

@@ -15,6 +15,15 @@ from .run import Result
 
 START = "<!-- quality-table:start -->"
 END = "<!-- quality-table:end -->"
+
+
+def markers(name: str) -> tuple[str, str]:
+    """The table markers of one evaluation in docs/scheduling.md ("" the synthetic one)."""
+    if not name:
+        return START, END
+    return f"<!-- quality-table:{name}:start -->", f"<!-- quality-table:{name}:end -->"
+
+
 GRID = [i / 100 for i in range(0, 131)]
 
 Runs = Mapping[tuple[str, str], Sequence[Result]]  # (label, mode) -> one Result per repeat
@@ -31,9 +40,10 @@ def _sd(xs: Sequence[float]) -> float:
 def table(runs: Runs, labels: Sequence[str]) -> str:
     """One row per policy: kube-scheduler arithmetic (headline) beside the ideal argmax."""
     head = (
-        "| policy | alloc @100% arrived | same, ideal ties | alloc at stop | idle GPUs at stop "
-        "| fragmented at stop | $/delivered GiB-h (fill) | $/h in use @50% | on-demand-only "
-        "on spot | placed + failed = arrived |\n|---|---|---|---|---|---|---|---|---|---|"
+        "| policy | alloc @100% arrived | same, ideal ties | alloc at stop | per seed at stop "
+        "| idle GPUs at stop | fragmented at stop | $/delivered GiB-h (fill) | $/h in use @50% "
+        "| on-demand-only on spot | placed + failed = arrived |"
+        "\n|---|---|---|---|---|---|---|---|---|---|---|"
     )
     rows = [head]
     for label in labels:
@@ -49,7 +59,8 @@ def table(runs: Runs, labels: Sequence[str]) -> str:
         )
         rows.append(
             f"| {label} | {_mean(a100):.1%} ± {_sd(a100):.1%} | {ideal} "
-            f"| {_mean([r.allocation for r in k]):.1%} | {idle:.1%} | {frag:.1%} "
+            f"| {_mean([r.allocation for r in k]):.1%} "
+            f"| {' / '.join(f'{r.allocation:.1%}' for r in k)} | {idle:.1%} | {frag:.1%} "
             f"| {fill * 1000:.1f} m$ | {half:,.0f} $ | {sum(r.od_on_spot for r in k)} "
             f"| {placed} + {failed} = {arrived} |"
         )
@@ -125,14 +136,15 @@ def plot_cost(runs: Runs, labels: Sequence[str], path: Path, title: str) -> None
     plt.close(fig)
 
 
-def splice(doc: Path, text: str) -> bool:
-    """Replace the block between the table markers in ``doc``; False if no markers."""
+def splice(doc: Path, text: str, name: str = "") -> bool:
+    """Replace the block between the ``name`` table's markers in ``doc``; False if none."""
     if not doc.exists():
         return False
+    start, end = markers(name)
     body = doc.read_text()
-    if START not in body or END not in body:
+    if start not in body or end not in body:
         return False
-    head, rest = body.split(START, 1)
-    _, tail = rest.split(END, 1)
-    doc.write_text(f"{head}{START}\n{text}\n{END}{tail}")
+    head, rest = body.split(start, 1)
+    _, tail = rest.split(end, 1)
+    doc.write_text(f"{head}{start}\n{text}\n{end}{tail}")
     return True

@@ -89,6 +89,12 @@ def inflate(
     streak = 0
     while arrived_mib < max_arrived * capacity and streak < fail_streak:
         pod = trace[draw.randrange(len(trace))]
+        if not pod.demand.count:  # CPU-only: takes CPU and memory, is no GPU workload
+            got = sched.schedule(pod)
+            if got is not None:
+                cost += got[0].per_hour if got[0].pods == 0 else 0.0
+                got[0].commit([], pod.cpu_milli, pod.memory_mib)
+            continue
         res.arrived += 1
         arrived_mib += nominal_mib(pod, model_mem)
         got = sched.schedule(pod)

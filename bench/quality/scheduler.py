@@ -44,7 +44,8 @@ class Mode:
     name: str
     kube: bool  # integer scores + in-tree plugins + random ties + node sampling
     extender_weight: int = 5  # manifests/scheduler/kube-scheduler-config.yaml
-    percentage_of_nodes_to_score: int = 0  # 0: kube-scheduler's adaptive default
+    # manifests/scheduler/kube-scheduler-config.yaml ships 100; 0: the adaptive default
+    percentage_of_nodes_to_score: int = 100
 
 
 KUBE = Mode("kube", kube=True)
@@ -182,9 +183,23 @@ class Scheduler:
 
     def schedule(self, pod: TracePod) -> tuple[SimNode, Evaluation] | None:
         """The node the pod lands on and the extender's evaluation there, or None."""
+        if not pod.demand.count:
+            return self.schedule_cpu_only(pod)
         evals = self.evaluations(self.candidates(pod), pod)
         names = self.passing(evals)
         if not names:
             return None
         node = self.by_name[self.pick(pod, evals, names)]
         return node, self.landed(node, pod, evals[node.name])
+
+    def schedule_cpu_only(self, pod: TracePod) -> tuple[SimNode, Evaluation] | None:
+        """A pod asking no GPU: the extender passes every node and scores them all 0
+        (``cycle.filter``'s no-GPU path), so the in-tree scores alone choose."""
+        found = self.candidates(pod)
+        if not found:
+            return None
+        total = {n.name: least_allocated(n, pod) + balanced_allocation(n, pod) for n in found}
+        top = max(total.values())
+        best = [n for n in found if total[n.name] == top]
+        node = self.rng.choice(best) if self.mode.kube else best[0]
+        return node, Evaluation(True)

@@ -124,20 +124,32 @@ def make_trace(n: int, seed: int) -> list[TracePod]:
         g = count * (min(1.0, gib / 24) if gib else 1.0)
         cpu = max(250, round(g * rng.uniform(0.5, 3.5) * 1000))
         mem = max(512, round(g * rng.uniform(2, 12) * GIB))
-        demand = GpuDemand(count, gib * GIB if gib else None, capacity=capacity)
+        demand = GpuDemand(
+            count,
+            gib * GIB if gib else None,
+            capacity=capacity,
+            cpu_milli=cpu,
+            host_memory_mib=mem,
+            models=models,
+        )
         pods.append(TracePod(f"{kind}-{i}", demand, models, cpu, mem))
     return pods
 
 
 def read_alibaba_pods(
-    path: Path, model_mem: Mapping[str, Sequence[int]]
+    path: Path,
+    model_mem: Mapping[str, Sequence[int]],
+    qos_capacity: bool = True,
+    cpu_only: bool = False,
 ) -> tuple[list[TracePod], int]:
-    """GPU pods from an ``openb_pod_list`` CSV and the number of CPU-only rows skipped.
-    ``model_mem``: per GPU model in the cluster, the memory of its GPUs (MiB)."""
+    """Pods from an ``openb_pod_list`` CSV and the number of rows skipped (CPU-only rows
+    unless ``cpu_only``: then they come as pods asking no GPU). ``model_mem``: per GPU
+    model in the cluster, the memory of its GPUs (MiB). ``qos_capacity``: read ``qos`` as
+    interruption tolerance (below); off, every pod may run on any capacity type."""
     pods, skipped = [], 0
     with path.open(newline="") as f:
         for row in csv.DictReader(f):
-            pod = alibaba_pod(row, model_mem)
+            pod = alibaba_pod(row, model_mem, qos_capacity, cpu_only)
             if pod is None:
                 skipped += 1
             else:
@@ -145,20 +157,31 @@ def read_alibaba_pods(
     return pods, skipped
 
 
-def alibaba_pod(row: Mapping[str, str], model_mem: Mapping[str, Sequence[int]]) -> TracePod | None:
+def alibaba_pod(
+    row: Mapping[str, str],
+    model_mem: Mapping[str, Sequence[int]],
+    qos_capacity: bool = True,
+    cpu_only: bool = False,
+) -> TracePod | None:
     count = int(row["num_gpu"] or 0)
+    cpu, mem = int(row["cpu_milli"]), int(row["memory_mib"])
     if count <= 0:
-        return None
+        if not cpu_only:
+            return None
+        demand = GpuDemand(0, cpu_milli=cpu, host_memory_mib=mem)
+        return TracePod(row["name"], demand, frozenset(), cpu, mem)
     spec = (row.get("gpu_spec") or "").strip()
     models = frozenset() if spec in NO_SPEC else frozenset(s for s in spec.split("|") if s)
     milli = int(row.get("gpu_milli") or 1000)
     memory = None
     if count == 1 and 0 < milli < 1000:
         memory = math.ceil(milli * reference_mib(models, model_mem) / 1000)
-    tolerant = (row.get("qos") or "").strip().upper() in TOLERANT_QOS
+    tolerant = (row.get("qos") or "").strip().upper() in TOLERANT_QOS or not qos_capacity
     capacity = CapacityPref.ANY if tolerant else CapacityPref.ON_DEMAND
-    demand = GpuDemand(count, memory, capacity=capacity)
-    return TracePod(row["name"], demand, models, int(row["cpu_milli"]), int(row["memory_mib"]))
+    demand = GpuDemand(
+        count, memory, capacity=capacity, cpu_milli=cpu, host_memory_mib=mem, models=models
+    )
+    return TracePod(row["name"], demand, models, cpu, mem)
 
 
 def reference_mib(models: frozenset[str], model_mem: Mapping[str, Sequence[int]]) -> int:
@@ -173,6 +196,8 @@ def nominal_mib(pod: TracePod, model_mem: Mapping[str, Sequence[int]]) -> float:
     """Memory a pod asks for, for the arrived-workload axis: its ask, or for whole GPUs the
     mean memory of the GPUs it may use (the GPU it lands on is not known in advance)."""
     d = pod.demand
+    if d.count == 0:
+        return 0.0  # a CPU-only pod is not GPU workload
     if d.memory_mib is not None:
         return float(d.count * d.memory_mib)
     allowed = pod.models
@@ -183,7 +208,7 @@ def nominal_mib(pod: TracePod, model_mem: Mapping[str, Sequence[int]]) -> float:
 def trace_mix(pods: Sequence[TracePod], top: int = 8) -> tuple[tuple[Shape, float], ...]:
     """FGD's target workload: the ``top`` commonest shapes, shares renormalised (what
     ``extender.state.workload.WorkloadMix`` converges to without decay)."""
-    counts = Counter(p.demand.key for p in pods)
+    counts = Counter(p.demand.key for p in pods if p.demand.count)
     best = counts.most_common(top)
     total = sum(c for _, c in best)
     return tuple((shape, c / total) for shape, c in best)

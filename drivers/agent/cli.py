@@ -95,6 +95,16 @@ def add_agent_command(
         "extender reads the Node's labels)",
     )
     p.add_argument(
+        "--allocatable",
+        action="append",
+        default=[],
+        type=_label,
+        metavar="RESOURCE=QUANTITY",
+        help="the node's allocatable CPU or memory (repeatable), e.g. cpu=64 memory=256Gi: "
+        "standalone, the extender then refuses nodes whose CPU or memory a pod would not "
+        "fit and counts GPUs stranded behind them (in a cluster it reads the Node's)",
+    )
+    p.add_argument(
         "--proc-root",
         default="/proc",
         help="host /proc (the agent needs hostPID: true; NVML returns host PIDs)",
@@ -127,6 +137,7 @@ def run_agent_command(args: argparse.Namespace) -> int:
     """Entry for ``headroom agent``; returns the process exit code."""
     setup_logging(args.log_level)
     args.labels = dict(args.label)
+    args.allocatable = dict(args.allocatable)
     if not args.node:
         print("headroom agent: --node or $NODE_NAME is required", file=sys.stderr)
         return 2
@@ -154,7 +165,13 @@ def run_agent_command(args: argparse.Namespace) -> int:
 
 def _once(driver: GpuDriver, attribute: Attributor, args: argparse.Namespace) -> int:
     agent = Agent(
-        driver, args.node, attribute, SystemClock(), interval_s=args.interval, labels=args.labels
+        driver,
+        args.node,
+        attribute,
+        SystemClock(),
+        interval_s=args.interval,
+        labels=args.labels,
+        allocatable=args.allocatable,
     )
     report = agent.sample()
     sys.stdout.buffer.write(msgspec.json.encode(report) + b"\n")
@@ -179,6 +196,7 @@ def _loop(driver: GpuDriver, attribute: Attributor, args: argparse.Namespace) ->
         metrics=metrics,
         interval_s=args.interval,
         labels=args.labels,
+        allocatable=args.allocatable,
     )
     server = None
     if args.metrics_port:

@@ -49,6 +49,7 @@ def build_report(
     clock: Clock,
     *,
     labels: dict[str, str] | None = None,
+    allocatable: dict[str, str] | None = None,
 ) -> NodeReport:
     """Sample ``driver`` once and turn it into a schema-v1 report.
 
@@ -69,6 +70,7 @@ def build_report(
         driver=driver.name,
         driver_version=driver.driver_version(),
         labels=dict(labels or {}),
+        allocatable=dict(allocatable or {}),
     )
 
 
@@ -153,6 +155,7 @@ class Agent:
         metrics: AgentMetrics | None = None,
         interval_s: float = 5.0,
         labels: dict[str, str] | None = None,
+        allocatable: dict[str, str] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.driver = driver
@@ -163,6 +166,7 @@ class Agent:
         self.sender = sender
         self.interval_s = interval_s
         self.labels = labels or {}
+        self.allocatable = allocatable or {}
         self.state = AgentState()
         self._monotonic = monotonic
         self._lock = threading.Lock()
@@ -171,7 +175,12 @@ class Agent:
         """Build one report and refresh metrics and leaks against the latest grants."""
         with self.metrics.sample_seconds.time():
             report = build_report(
-                self.driver, self.node, self.attribute, self.clock, labels=self.labels
+                self.driver,
+                self.node,
+                self.attribute,
+                self.clock,
+                labels=self.labels,
+                allocatable=self.allocatable,
             )
         if isinstance(self.attribute, CachedAttributor):
             self.attribute.retain(live_pids(report))

@@ -19,7 +19,7 @@ quotes at most the first characters of the input.
 
 from __future__ import annotations
 
-from decimal import ROUND_CEILING, ROUND_UP, Context, Decimal
+from decimal import ROUND_CEILING, ROUND_FLOOR, ROUND_UP, Context, Decimal
 from functools import lru_cache
 
 MAX_LENGTH = 64  # "123456789012345678.123456789Gi" is 30; nothing real comes near 64
@@ -159,3 +159,25 @@ def quantity_to_int(text: str) -> int:
     if value != value.to_integral_value():
         raise QuantityError(f"not a whole number: {shown(text)}")
     return int(value)
+
+
+@lru_cache(maxsize=4096)
+def quantity_to_milli(text: str) -> int:
+    """A CPU quantity ("500m", "2", "1.5") in millicores, rounded up as Kubernetes'
+    ``MilliValue`` rounds a request."""
+    value = parse_quantity(text)
+    return int((value * 1000).to_integral_value(rounding=ROUND_CEILING))
+
+
+@lru_cache(maxsize=4096)
+def quantity_to_mib_down(text: str) -> int:
+    """Bytes quantity to whole MiB, rounded down: a capacity is never overstated."""
+    value = parse_quantity(text)
+    return int((value / MIB).to_integral_value(rounding=ROUND_FLOOR))
+
+
+@lru_cache(maxsize=4096)
+def quantity_to_milli_down(text: str) -> int:
+    """A CPU capacity in millicores, rounded down: a capacity is never overstated."""
+    value = parse_quantity(text)
+    return int((value * 1000).to_integral_value(rounding=ROUND_FLOOR))

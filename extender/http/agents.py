@@ -23,6 +23,7 @@ from extender.http.bodies import JSON, Schemas, read_body
 from extender.http.bounds import MAX_UID, safe_decode
 from extender.http.tokenreview import Identity, Refused, ReviewUnavailable
 from extender.scheduling.service import SchedulingService
+from extender.state.host import allocatable_of
 from extender.state.inventory import ReportRefused
 from extender.wire.protocol import encoder
 from extender.wire.report import (
@@ -128,6 +129,10 @@ def _report(body: bytes) -> NodeReport:
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
         raise HTTPException(422, f"invalid report: {e}") from None
     problem = validate_report(report)
+    try:
+        allocatable_of(report.allocatable, "allocatable")  # quantities: read state-side
+    except ValueError as e:
+        problem = problem or str(e)
     if problem:
         raise HTTPException(422, f"invalid report: {problem}")
     return report

@@ -24,6 +24,7 @@ from extender.dra.ingest import ClaimIngestError
 from extender.dra.state import DraState
 from extender.kube.watch import Kind, Watcher
 from extender.scheduling.service import SchedulingService
+from extender.state.host import pod_requests
 from extender.state.nodefacts import facts_from_node
 from extender.state.podcache import pod_ref
 from extender.wire.protocol import Node, Pod
@@ -102,6 +103,7 @@ class ClusterSync:
 
     def _pods_listed(self, items: list[dict[str, Any]]) -> None:
         live = {obj["metadata"]["uid"] for obj in items}
+        self.service.pods_listed(live)
         for a in self.service.allocations():
             if a.pod.uid not in live:
                 self.service.release(a.pod.uid, "pod-gone")
@@ -126,6 +128,8 @@ class ClusterSync:
         elif phase in ENDED:
             self._end(uid, ENDED[phase])
         elif node:
+            cpu, memory = pod_requests(msgspec.convert(obj, Pod))
+            self.service.pod_on_node(uid, node, cpu, memory)
             self.service.readopt(
                 uid,
                 meta.get("namespace", ""),
@@ -139,6 +143,7 @@ class ClusterSync:
 
     def _end(self, uid: str, reason: str) -> None:
         self._started.discard(uid)
+        self.service.pod_gone(uid)
         if self.service.holds(uid):
             self.service.release(uid, reason)
 

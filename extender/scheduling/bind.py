@@ -188,6 +188,8 @@ class Binding:
             ]
             if not self.inventory.reserve(grants):  # bind holds the pod's turn: cannot be
                 raise BindRefused(f"pod {ref.uid} already holds a reservation")
+            d = seen.demand  # its CPU and memory count on the node until it is released
+            self.inventory.pod_requests(ref.uid, node_name, d.cpu_milli, d.host_memory_mib)
         return decision, grants
 
     def _record_and_bind(

@@ -138,6 +138,18 @@ class SchedulingService:
         self.evaluator.dra = dra
         self.binding.lookup = lookup
 
+    def pod_on_node(self, uid: str, node: str, cpu_milli: int, memory_mib: int) -> None:
+        """A pod (any scheduler's) is on ``node`` requesting this CPU and memory."""
+        self.inventory.pod_requests(uid, node, cpu_milli, memory_mib)
+
+    def pod_gone(self, uid: str) -> None:
+        """The pod ended: its CPU and memory are free again."""
+        self.inventory.pod_gone(uid)
+
+    def pods_listed(self, live: set[str]) -> None:
+        """A fresh pod list: requests of pods not in it (ended unseen) are dropped."""
+        self.inventory.pods_listed(live)
+
     def node_changed(self, facts: NodeFacts) -> None:
         """A Node object's facts (labels, taints, deletion)."""
         self.inventory.update_facts(facts)

@@ -27,6 +27,9 @@ Floats = npt.NDArray[np.float64]
 Bools = npt.NDArray[np.bool_]
 T = TypeVar("T", bound=np.generic)
 FAR = np.iinfo(np.int64).max // 4  # a sort key larger than any real MiB figure
+# free CPU (milli) or memory (MiB) of a node whose allocatable is not known: more than any
+# pod asks, and still far from overflow when a request is subtracted
+ROOMY = 1 << 60
 WHOLE = -1  # the ask of a whole-GPU demand or mix shape, as the vectorised policies take it
 
 
@@ -39,6 +42,10 @@ class GpuBatch:
     node_total: Ints  # [N] every unit's memory, MIG instances included
     node_committed: Ints  # [N] sum of min(committed, total) over every unit
     spot: Bools  # [N] capacity type is spot
+    cpu_alloc: Ints  # [N] allocatable CPU, milli; 0: not known
+    cpu_free: Ints  # [N] allocatable - requested CPU, milli; ROOMY when not known
+    mem_free: Ints  # [N] allocatable - requested memory, MiB; ROOMY when not known
+    model: npt.NDArray[np.object_]  # [N] canonical GPU model ("" without plain GPUs)
     mig_busy: Bools  # [N] some MIG instance on the node is not idle
 
     def __len__(self) -> int:
@@ -79,7 +86,8 @@ class GpuBatch:
         rows = [row_of(v, width) for v in views]
         arrays = {}
         for k, name in enumerate(ROW_FIELDS):
-            arr = np.array([r[k] for r in rows], dtype=bool if name in _BOOL else np.int64)
+            kind = bool if name in _BOOL else object if name == "model" else np.int64
+            arr = np.array([r[k] for r in rows], dtype=kind)
             arrays[name] = arr.reshape(len(rows), width).T.copy() if k < 4 else arr
         busy = [any(not g.idle(lim.idle_mib) for g in v.gpus if g.mig_profile) for v in views]
         return GpuBatch(**arrays, mig_busy=np.array(busy, dtype=bool))
@@ -93,6 +101,10 @@ _FIELDS = (
     "node_total",
     "node_committed",
     "spot",
+    "cpu_alloc",
+    "cpu_free",
+    "mem_free",
+    "model",
     "mig_busy",
 )
 ROW_FIELDS = _FIELDS[:-1]  # what ``row_of`` gives; MIG idleness depends on the limits
@@ -115,7 +127,21 @@ def row_of(view: NodeView, width: int) -> tuple:
         view.total_mib,
         view.committed_mib,
         view.capacity_type == "spot",
+        view.cpu_allocatable_milli,
+        _free(view.cpu_allocatable_milli, view.cpu_requested_milli),
+        _free(view.memory_allocatable_mib, view.memory_requested_mib),
+        view.model,
     )
+
+
+def _free(allocatable: int, requested: int) -> int:
+    return allocatable - requested if allocatable > 0 else ROOMY
+
+
+def host_fits(b: GpuBatch, rows: Ints, demand: GpuDemand) -> Bools:
+    """Per row, whether the pod's CPU and memory requests fit the node (``NodeView.
+    host_room``: unknown allocatable never refuses)."""
+    return (b.cpu_free[rows] >= demand.cpu_milli) & (b.mem_free[rows] >= demand.host_memory_mib)
 
 
 # --- what policies share -----------------------------------------------------------------
@@ -191,6 +217,14 @@ def node_fill_at(
     for k in range(slots.shape[0]):
         added += total[slots[k], rows] if ask == WHOLE else ask
     return np.minimum(1.0, _ratio(node_committed[rows] + added, node_total[rows]))
+
+
+def host_fill_at(b: GpuBatch, gpu_fill: Floats, demand: GpuDemand, rows: Ints) -> Floats:
+    """``policy.host_fill_after`` of each row of ``rows`` given its GPU fill after."""
+    alloc = b.cpu_alloc[rows]
+    requested = alloc - b.cpu_free[rows] + demand.cpu_milli
+    cpu = np.minimum(1.0, _ratio(requested, alloc))
+    return np.where(alloc > 0, 0.5 * gpu_fill + 0.5 * cpu, gpu_fill)
 
 
 def _ratio(part: Ints, whole: Ints) -> Floats:

@@ -1,12 +1,17 @@
 """FGD's fragmentation measure F: the one definition, and FGD's greedy placement by it.
 
 For the expected workload M (``Context.mix``: shapes m = (count, memory or None for a
-whole GPU, MIG profile) with shares p_m), over a node's plain GPUs, each (free >= 0, idle):
+whole GPU, MIG profile, CPU, host memory, allowed models) with shares p_m), over a
+node's plain GPUs, each (free >= 0, idle):
     F(n)   = sum_m p_m * F_m(n)   (added in mix order)
-    F_m(n) = free memory on GPUs that cannot host one unit of m, if at least ``count_m``
+    F_m(n) = all free memory if the node cannot run m at all: its free CPU or host memory
+             is less than m asks, or its GPU model is not one m allows (FGD's own
+             definition: such a GPU is fragmented for m whatever its memory); else
+             free memory on GPUs that cannot host one unit of m, if at least ``count_m``
              can; else all free memory. A GPU hosts m if free >= mem_m, or, for a whole
              GPU (mem None), if it is idle. MIG shapes: 0 (fixed partitions).
-    place  = per unit, the holding GPU whose trial placement gives the least F
+    place  = per unit, the holding GPU whose trial placement gives the least F; F after
+             counts the node's CPU and memory as the pod leaves them
 Sums are whole MiB (held in float64, exact) and the shares are applied in mix order, so
 F is the same number however the node is walked. ``tests/fragmentation_reference.py``
 writes the same definitions in plain Python, one node at a time: the oracle this module
@@ -36,12 +41,20 @@ from extender.scoring.batch import (
     Ints,
     ask_of,
     chosen_fill_at,
+    host_fill_at,
     node_fill_at,
 )
-from extender.scoring.model import CapacityPref, GpuDemand, GpuView, Limits, NodeView
-from extender.scoring.policy import Shape
+from extender.scoring.model import (
+    CapacityPref,
+    GpuDemand,
+    GpuView,
+    Limits,
+    NodeView,
+    Shape,
+    ShapeLike,
+)
 
-Mix = Sequence[tuple[Shape, float]]
+Mix = Sequence[tuple[ShapeLike, float]]
 
 
 # MiB in the placement's arrays: whole numbers, exact in a float64 (to 2^53), so sums
@@ -74,7 +87,7 @@ def greedy_scores(
     policy), then to the lowest index (both FGD policies).
 
     Rows are read in place (gathered once per slot), not taken into a batch first."""
-    counts, mems, shares = _plain(tuple(mix))
+    plain = _plain(tuple(mix))
     at = np.arange(len(b), dtype=np.int64) if rows is None else np.asarray(rows, np.int64)
     ok = at >= 0
     r = np.where(ok, at, 0)
@@ -83,6 +96,7 @@ def greedy_scores(
         ok &= ~b.spot[r]
     elif rule == SPOT_ONLY:
         ok &= b.spot[r]
+    ok &= (b.cpu_free[r] >= demand.cpu_milli) & (b.mem_free[r] >= demand.host_memory_mib)
     st = _state(b, r, lim, ask_of(demand))
     fits = ok & (st.cand.sum(axis=0) >= demand.count)
     raw = np.zeros(len(at))
@@ -91,12 +105,14 @@ def greedy_scores(
     if not fits.all():
         r = r[fits]
         st = _state(b, r, lim, ask_of(demand))
-    before, after, slots = _place(st, int(demand.count), counts, mems, shares, tie_by_free)
+    rooms = (_room(b, r, plain), _room(b, r, plain, demand))
+    before, after, slots = _place(st, int(demand.count), plain, rooms, tie_by_free)
     fill = np.zeros(len(r))
     if tie != 0.0:
         ask = ask_of(demand)
-        fill = 0.5 * chosen_fill_at(b.total, b.committed, ask, slots, r) + 0.5 * node_fill_at(
-            b.total, b.node_total, b.node_committed, ask, slots, r
+        node = node_fill_at(b.total, b.node_total, b.node_committed, ask, slots, r)
+        fill = 0.5 * chosen_fill_at(b.total, b.committed, ask, slots, r) + 0.5 * host_fill_at(
+            b, node, demand, r
         )
     raw[fits] = -((after - before) / 1024) + tie * fill
     return fits, raw
@@ -104,9 +120,10 @@ def greedy_scores(
 
 def fragmentation_of(b: GpuBatch, lim: Limits, mix: Mix) -> Floats:
     """F per node of ``b`` (MiB, as float64)."""
-    counts, mems, shares = _plain(tuple(mix))
-    st = _state(b, np.arange(len(b), dtype=np.int64), lim, WHOLE)
-    return _value(st.free.sum(axis=0), _terms(st, mems, counts), counts, shares)
+    plain = _plain(tuple(mix))
+    r = np.arange(len(b), dtype=np.int64)
+    st = _state(b, r, lim, WHOLE)
+    return _value(st.free.sum(axis=0), _terms(st, plain), plain, _room(b, r, plain))
 
 
 def greedy_place(
@@ -120,37 +137,41 @@ def greedy_place(
     """``greedy_scores``' placement on one node, for a plain demand: ``demand.count`` of
     the ``fitting`` GPUs (at least that many), one unit after another, each on the GPU
     whose trial placement gives the least F (ties as ``greedy_scores``)."""
-    st, plain = _one(node, lim, ask_of(demand))
-    slot = {g.uuid: k for k, g in enumerate(plain)}
+    b, st, gpus = _one(node, lim, ask_of(demand))
+    slot = {g.uuid: k for k, g in enumerate(gpus)}
     st.cand[:] = False
     for g in fitting:
         st.cand[slot[g.uuid], 0] = True
-    counts, mems, shares = _plain(tuple(mix))
-    slots = _place(st, int(demand.count), counts, mems, shares, tie_by_free)[2]
-    return tuple(plain[k] for k in slots[:, 0].tolist())
+    plain = _plain(tuple(mix))
+    r = np.zeros(1, np.int64)
+    rooms = (_room(b, r, plain), _room(b, r, plain, demand))
+    slots = _place(st, int(demand.count), plain, rooms, tie_by_free)[2]
+    return tuple(gpus[k] for k in slots[:, 0].tolist())
 
 
 def fragmentation_delta(
     node: NodeView, demand: GpuDemand, chosen: Sequence[GpuView], lim: Limits, mix: Mix
 ) -> float:
     """F after one unit of a plain demand sits on each ``chosen`` GPU - F before (MiB)."""
-    st, plain = _one(node, lim, ask_of(demand))
-    slot = {g.uuid: k for k, g in enumerate(plain)}
-    counts, mems, shares = _plain(tuple(mix))
-    before = _value(st.free.sum(axis=0), _terms(st, mems, counts), counts, shares)
+    b, st, gpus = _one(node, lim, ask_of(demand))
+    slot = {g.uuid: k for k, g in enumerate(gpus)}
+    plain = _plain(tuple(mix))
+    r = np.zeros(1, np.int64)
+    before = _value(st.free.sum(axis=0), _terms(st, plain), plain, _room(b, r, plain))
     for g in chosen:
         k = slot[g.uuid]
         st.free[k, 0] = max(st.free[k, 0] - st.unit[k, 0], 0)
         st.idle[k, 0] = False
-    after = _value(st.free.sum(axis=0), _terms(st, mems, counts), counts, shares)
+    room = _room(b, r, plain, demand)
+    after = _value(st.free.sum(axis=0), _terms(st, plain), plain, room)
     return float(after[0] - before[0])
 
 
-def _one(node: NodeView, lim: Limits, ask: int) -> tuple[_State, list[GpuView]]:
-    """One node's state ([slot, 1]) and its plain GPUs in slot (index) order."""
+def _one(node: NodeView, lim: Limits, ask: int) -> tuple[GpuBatch, _State, list[GpuView]]:
+    """One node's batch, state ([slot, 1]) and plain GPUs in slot (index) order."""
     b = GpuBatch.from_views([node], lim)
     plain = sorted((g for g in node.gpus if not g.mig_profile), key=lambda g: g.index)
-    return _state(b, np.zeros(1, np.int64), lim, ask), plain
+    return b, _state(b, np.zeros(1, np.int64), lim, ask), plain
 
 
 class _State(NamedTuple):
@@ -177,33 +198,64 @@ def _state(b: GpuBatch, r: Ints, lim: Limits, ask: int) -> _State:
     return _State(headroom, free, unit, present, idle, cand.copy())
 
 
+class _Plain(NamedTuple):
+    """The mix's non-MIG shapes as arrays, in mix order (the order shares are summed in)."""
+
+    counts: Ints
+    mems: Floats  # MiB per GPU; WHOLE for whole GPUs
+    shares: Floats
+    cpus: Ints  # milli
+    host_mibs: Ints
+    models: tuple[tuple[str, ...], ...]  # allowed GPU models per shape; () any
+
+
 @functools.lru_cache(maxsize=16)  # the mix changes rarely; these arrays are never written
-def _plain(mix: Mix) -> tuple[Ints, Floats, Floats]:
-    """(counts, memories (WHOLE for whole GPUs), shares) of the mix's non-MIG shapes, in
-    mix order (the order the shares are summed in)."""
-    plain = [(count, WHOLE if mem is None else mem, p) for (count, mem, prof), p in mix if not prof]
-    return (
-        np.array([c for c, _, _ in plain], dtype=np.int64),
-        np.array([m for _, m, _ in plain], dtype=MIB),
-        np.array([p for _, _, p in plain], dtype=np.float64),
+def _plain(mix: Mix) -> _Plain:
+    shapes = [(Shape(*shape), p) for shape, p in mix]
+    plain = [(s, p) for s, p in shapes if not s.mig_profile]
+    return _Plain(
+        np.array([s.gpus for s, _ in plain], dtype=np.int64),
+        np.array([WHOLE if s.memory_mib is None else s.memory_mib for s, _ in plain], MIB),
+        np.array([p for _, p in plain], dtype=np.float64),
+        np.array([s.cpu_milli for s, _ in plain], dtype=np.int64),
+        np.array([s.host_memory_mib for s, _ in plain], dtype=np.int64),
+        tuple(tuple(sorted(s.models)) for s, _ in plain),
     )
 
 
+def _room(b: GpuBatch, r: Ints, plain: _Plain, pod: GpuDemand | None = None) -> Bools:
+    """[shape, node]: whether the node (as ``pod``, when given, leaves it) can run a pod of
+    each shape at all: its free CPU and host memory, and its GPU model."""
+    cpu, mem = b.cpu_free[r], b.mem_free[r]
+    if pod is not None:
+        cpu, mem = cpu - pod.cpu_milli, mem - pod.host_memory_mib
+    room = (cpu >= plain.cpus[:, None]) & (mem >= plain.host_mibs[:, None])
+    for k, models in enumerate(plain.models):
+        if models:
+            room[k] &= np.isin(b.model[r], models)
+    return room
+
+
 def _place(
-    st: _State, count: int, counts: Ints, mems: Floats, shares: Floats, tie_by_free: bool
+    st: _State,
+    count: int,
+    plain: _Plain,
+    rooms: tuple[Bools, Bools],
+    tie_by_free: bool,
 ) -> tuple[Floats, Floats, Ints]:
     """Places ``count`` units one after another on every node (all fit): F before, F
-    after the last unit, and the slots chosen, [unit, node]. Updates ``st``."""
+    after the last unit, and the slots chosen, [unit, node]. ``rooms``: ``_room`` before
+    and after the pod. Updates ``st``."""
     n = st.free.shape[1]
     nodes = np.arange(n)
     total = st.free.sum(axis=0)
     slots = np.zeros((count, n), np.int64)
     before = after = np.zeros(n)
     for k in range(count):
-        terms = _terms(st, mems, counts)
+        terms = _terms(st, plain)
         if k == 0:
-            before = _value(total, terms, counts, shares)
-        after, pick = _pick(st, total, terms, mems, shares, tie_by_free)
+            before = _value(total, terms, plain, rooms[0])
+        after, pick = _pick(st, total, terms, plain, rooms[1], tie_by_free)
         slots[k] = pick
         was = st.free[pick, nodes]
         left = np.maximum(was - st.unit[pick, nodes], 0)
@@ -228,7 +280,8 @@ class _Terms(NamedTuple):
     spare: np.ndarray
 
 
-def _terms(st: _State, mems: Floats, counts: Ints) -> _Terms:
+def _terms(st: _State, plain: _Plain) -> _Terms:
+    mems, counts = plain.mems, plain.counts
     hosts = st.present & (st.free >= mems[:, None, None])
     hosts[mems == WHOLE] = st.idle
     held = st.free * hosts
@@ -249,13 +302,14 @@ def _in_mix_order(terms: Floats, shares: Floats) -> Floats:
     return acc
 
 
-def _value(total: Floats, t: _Terms, counts: Ints, shares: Floats) -> Floats:
+def _value(total: Floats, t: _Terms, plain: _Plain, room: Bools) -> Floats:
     """F per node: the shares applied in mix order."""
-    return _in_mix_order(np.where(t.hosting >= counts[:, None], total - t.hosted, total), shares)
+    usable = room & (t.hosting >= plain.counts[:, None])
+    return _in_mix_order(np.where(usable, total - t.hosted, total), plain.shares)
 
 
 def _pick(
-    st: _State, total: Floats, t: _Terms, mems: Floats, shares: Floats, tie_by_free: bool
+    st: _State, total: Floats, t: _Terms, plain: _Plain, room: Bools, tie_by_free: bool
 ) -> tuple[Floats, Ints]:
     """Per node, the candidate slot whose trial placement gives the least F, and that F;
     ties to the least headroom when ``tie_by_free``, then to the lowest slot."""
@@ -263,9 +317,9 @@ def _pick(
     best, pick = np.full(n, np.inf), np.full(n, -1, np.int64)
     least = np.zeros(n, np.int64)  # the picked slot's headroom (read when f ties best)
     # a shape's bound for what a slot's leftover can still host: none for whole GPUs
-    bounds = np.where(mems == WHOLE, np.inf, mems)[:, None]
+    bounds = np.where(plain.mems == WHOLE, np.inf, plain.mems)[:, None]
     for j in range(st.free.shape[0]):
-        f = _trial(st, j, total, t, bounds, shares)
+        f = _trial(st, j, total, t, bounds, plain.shares, room)
         better = f < best
         if tie_by_free:
             better |= (f == best) & (st.headroom[j] < least)
@@ -276,15 +330,18 @@ def _pick(
     return best, pick
 
 
-def _trial(st: _State, j: int, total: Floats, t: _Terms, bounds: Floats, shares: Floats) -> Floats:
+def _trial(
+    st: _State, j: int, total: Floats, t: _Terms, bounds: Floats, shares: Floats, room: Bools
+) -> Floats:
     """F per node if slot j alone took one unit (and so became busy), every shape at
     once ([shape, node]): slot j stops hosting what it hosted, and hosts what its free
-    MiB left still can (``bounds``: a busy GPU never hosts a whole one)."""
+    MiB left still can (``bounds``: a busy GPU never hosts a whole one); ``room``: which
+    shapes the node can still run once the pod's CPU and memory are taken."""
     fj = st.free[j]
     left = np.maximum(fj - st.unit[j], 0)
     after_total = total - fj + left
     gained = left >= bounds
     # hosting - host + gained >= count, as spare >= host - gained (int8: -1..1)
-    fits = t.spare >= t.hosts[:, j].view(np.int8) - gained.view(np.int8)
+    fits = room & (t.spare >= t.hosts[:, j].view(np.int8) - gained.view(np.int8))
     unusable = after_total - (t.hosted - t.held[:, j] + left * gained)
     return _in_mix_order(np.where(fits, unusable, after_total), shares)

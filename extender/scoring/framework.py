@@ -15,7 +15,7 @@ from typing import cast
 import numpy as np
 import numpy.typing as npt
 
-from extender.scoring.batch import GpuBatch, Ints
+from extender.scoring.batch import GpuBatch, Ints, host_fits
 from extender.scoring.cost import Floats, cost_of
 from extender.scoring.fit import fitting_gpus, shortfall_reason
 from extender.scoring.model import MAX_PRIORITY, CapacityPref, GpuDemand, GpuView, NodeView
@@ -54,6 +54,9 @@ def evaluate(node: NodeView, demand: GpuDemand, policy: NodePolicy, ctx: Context
     rule = capacity_reason(node, demand)
     if rule:
         return Evaluation(False, rule, unresolvable=True)
+    short = node.host_room(demand.cpu_milli, demand.host_memory_mib)
+    if short:  # NodeResourcesFit's verdict too: the plan must not pass what it refuses
+        return Evaluation(False, short)
     fitting = fitting_gpus(node, demand, ctx.limits)
     if len(fitting) < demand.count:
         reason = shortfall_reason(node, demand, ctx.limits, len(fitting))
@@ -75,7 +78,8 @@ def evaluate_batch(
     else:
         allowed = np.ones(len(batch), dtype=bool)
     hold = batch.can_hold(demand, ctx.limits)
-    fits = allowed & (hold.sum(axis=0) >= demand.count)
+    room = host_fits(batch, np.arange(len(batch)), demand)
+    fits = allowed & room & (hold.sum(axis=0) >= demand.count)
     raw = np.zeros(len(batch))
     if fits.all():
         raw = policy.score_batch(batch, demand, hold, ctx)

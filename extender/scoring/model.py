@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import NamedTuple
 
 import msgspec
 
@@ -67,6 +68,12 @@ class NodeView(msgspec.Struct, frozen=True, gc=False):
     instance_type: str = ""
     price_per_gib_hour: float | None = None  # None: price unknown
     version: int = 0  # changes whenever anything above changes (cache key)
+    # The whole node (kube-scheduler's NodeResourcesFit arithmetic): allocatable and the
+    # requests of every pod on it. 0 allocatable: not known, so never a constraint.
+    cpu_allocatable_milli: int = 0
+    cpu_requested_milli: int = 0
+    memory_allocatable_mib: int = 0
+    memory_requested_mib: int = 0
 
     @property
     def total_mib(self) -> int:
@@ -76,6 +83,34 @@ class NodeView(msgspec.Struct, frozen=True, gc=False):
     def committed_mib(self) -> int:
         return sum(min(g.committed_mib, g.total_mib) for g in self.gpus)
 
+    @property
+    def model(self) -> str:
+        """The node's GPU model (its lowest-index plain GPU's), canonical; "" if none."""
+        plain = [g for g in self.gpus if not g.mig_profile]
+        return canonical_model(min(plain, key=lambda g: g.index).model) if plain else ""
+
+    def host_room(self, cpu_milli: int, memory_mib: int) -> str:
+        """ "" if a pod with these requests fits the node's CPU and memory (unknown
+        allocatable never refuses), else what is short, as NodeResourcesFit says it."""
+        short = []
+        if self.cpu_allocatable_milli and (
+            self.cpu_requested_milli + cpu_milli > self.cpu_allocatable_milli
+        ):
+            free = self.cpu_allocatable_milli - self.cpu_requested_milli
+            short.append(f"cpu {cpu_milli}m asked, {max(free, 0)}m free")
+        if self.memory_allocatable_mib and (
+            self.memory_requested_mib + memory_mib > self.memory_allocatable_mib
+        ):
+            free = self.memory_allocatable_mib - self.memory_requested_mib
+            short.append(f"memory {memory_mib} MiB asked, {max(free, 0)} MiB free")
+        return "insufficient " + "; ".join(short) if short else ""
+
+
+def canonical_model(name: str) -> str:
+    """A GPU model as node labels spell it (``nvidia.com/gpu.product``: NVML's name with
+    spaces as dashes), so a pod's allowed models and a node's GPUs compare equal."""
+    return name.strip().replace(" ", "-")
+
 
 class CapacityPref(StrEnum):
     ANY = "any"
@@ -83,25 +118,53 @@ class CapacityPref(StrEnum):
     ON_DEMAND = "on-demand"
 
 
+class Shape(NamedTuple):
+    """A workload shape (FGD's task type): what one pod of it needs of a node. The host
+    fields default to nothing asked, so ``(count, memory, profile)`` is a shape too."""
+
+    gpus: int
+    memory_mib: int | None  # per GPU; None: each GPU whole
+    mig_profile: str = ""
+    cpu_milli: int = 0
+    host_memory_mib: int = 0
+    models: frozenset[str] = frozenset()  # allowed GPU models (canonical); empty: any
+
+
+# a mix entry may also be written (gpus, memory, profile): no host needs, any model
+ShapeLike = Shape | tuple[int, int | None, str]
+
+
 @dataclass(frozen=True, slots=True)
 class GpuDemand:
     """GPUs one pod needs. ``memory_mib is None`` means each GPU whole (exclusive).
-    ``extender.state.demand.demand_of`` reads it from a pod."""
+    ``extender.state.demand.demand_of`` reads it from a pod. ``cpu_milli`` and
+    ``host_memory_mib`` are the pod's requests as kube-scheduler counts them, ``models``
+    the GPU models its node affinity allows (empty: any)."""
 
     count: int
     memory_mib: int | None = None
     mig_profile: str = ""
     capacity: CapacityPref = CapacityPref.ANY
     dra_claims: tuple[str, ...] = ()
+    cpu_milli: int = 0
+    host_memory_mib: int = 0
+    models: frozenset[str] = frozenset()
 
     @property
     def wants_gpu(self) -> bool:
         return self.count > 0 or bool(self.dra_claims)
 
     @property
-    def key(self) -> tuple[int, int | None, str]:
+    def key(self) -> Shape:
         """The shape that scoring depends on (cache key, workload-mix bucket)."""
-        return (self.count, self.memory_mib, self.mig_profile)
+        return Shape(
+            self.count,
+            self.memory_mib,
+            self.mig_profile,
+            self.cpu_milli,
+            self.host_memory_mib,
+            self.models,
+        )
 
 
 @dataclass(frozen=True, slots=True)

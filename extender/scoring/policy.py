@@ -12,17 +12,14 @@ from typing import Protocol
 
 from extender.scoring.batch import Bools, Floats, GpuBatch, Ints
 from extender.scoring.fit import unit_mib
-from extender.scoring.model import GpuDemand, GpuView, Limits, NodeView
-
-# A workload shape (count, memory MiB per GPU or None for whole, MIG profile) and its share.
-Shape = tuple[int, int | None, str]
+from extender.scoring.model import GpuDemand, GpuView, Limits, NodeView, Shape, ShapeLike
 
 
 @dataclass(frozen=True, slots=True)
 class Context:
     limits: Limits = field(default_factory=Limits)
     # The expected workload (FGD's "target workload"): shapes with probabilities summing to 1.
-    mix: tuple[tuple[Shape, float], ...] = ((((1, None, "")), 1.0),)
+    mix: tuple[tuple[ShapeLike, float], ...] = ((Shape(1, None), 1.0),)
 
 
 class NodePolicy(Protocol):
@@ -76,6 +73,17 @@ def node_fill_after(
         return 0.0
     added = sum(unit_mib(g, demand, lim) for g in chosen)
     return min(1.0, (node.committed_mib + added) / total)
+
+
+def host_fill_after(node: NodeView, demand: GpuDemand, gpu_fill: float) -> float:
+    """The node's fill once the pod is placed over GPU and CPU, the leftover best fit
+    measures: the mean of ``gpu_fill`` and the CPU fill, or ``gpu_fill`` alone when the
+    node's CPU is not known. A GPU pod on a node whose CPU is nearly gone is what strands
+    that node's other GPUs, so a packed node is one packed in both."""
+    alloc = node.cpu_allocatable_milli
+    if alloc <= 0:
+        return gpu_fill
+    return 0.5 * gpu_fill + 0.5 * min(1.0, (node.cpu_requested_milli + demand.cpu_milli) / alloc)
 
 
 def chosen_fill_after(demand: GpuDemand, chosen: Sequence[GpuView], lim: Limits) -> float:

@@ -36,6 +36,10 @@ _LINE = (
     "node_total",
     "node_committed",
     "spot",
+    "cpu_alloc",
+    "cpu_free",
+    "mem_free",
+    "model",
     "mig_reserved",
     "mig_committed",
     "price",
@@ -56,6 +60,9 @@ class NodeColumns:
         self.present = np.zeros((0, 0), dtype=bool)
         self.node_total = self.node_committed = self.mig_committed = np.zeros(0, np.int64)
         self.stamp = np.zeros(0, np.int64)  # the inventory's change number at the last write
+        # the whole node, as ``GpuBatch`` holds it (ROOMY free: allocatable unknown)
+        self.cpu_alloc = self.cpu_free = self.mem_free = np.zeros(0, np.int64)
+        self.model = np.zeros(0, dtype=object)
         self.spot = self.mig_reserved = np.zeros(0, dtype=bool)  # mig_reserved: a MIG
         self.price = self.received = np.zeros(0)  # instance is granted; NaN: unknown/none
         # the decoder's ids of reported nodes' names (see ``name_known``): per id its
@@ -236,6 +243,10 @@ class NodeColumns:
                 self.node_total,
                 self.node_committed,
                 self.spot,
+                self.cpu_alloc,
+                self.cpu_free,
+                self.mem_free,
+                self.model,
                 busy,
             )
             self._whole = (lim.idle_mib, batch)

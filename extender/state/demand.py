@@ -6,6 +6,9 @@
 - DRA: ``spec.resourceClaims`` (scored by the extender, allocated by kube-scheduler's DRA plugin).
 - Capacity: ``headroom.dev/capacity-type: spot|on-demand|any``; ``karpenter.sh/do-not-disrupt``
   implies on-demand.
+- The whole node: the pod's CPU and memory requests as kube-scheduler counts them
+  (``state.host.pod_requests``), and the GPU models its ``nodeSelector`` or required node
+  affinity on ``nvidia.com/gpu.product`` allows (the workload mix records both).
 """
 
 from __future__ import annotations
@@ -13,9 +16,12 @@ from __future__ import annotations
 from extender.core.quantity import quantity_to_int, quantity_to_mib, shown
 
 # the demand types are scoring's plain data; importers may take them from here too
-from extender.scoring.model import CapacityPref, GpuDemand
+from extender.scoring.model import CapacityPref, GpuDemand, canonical_model
+from extender.state.host import pod_requests
 from extender.wire.annotations import ANN_CAPACITY, ANN_MEMORY
 from extender.wire.protocol import Container, Pod
+
+GPU_PRODUCT = "nvidia.com/gpu.product"  # GPU feature discovery's model label
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"
@@ -42,11 +48,45 @@ def demand_of(pod: Pod) -> GpuDemand:
     capacity = _capacity(annotations)
     if len(mig) > 1 or (mig and gpus):
         raise DemandError("a pod may ask for one kind of GPU: nvidia.com/gpu or one MIG profile")
-    if mig:
-        profile, n = next(iter(mig.items()))
-        return GpuDemand(count=n, mig_profile=profile, capacity=capacity, dra_claims=claims)
-    memory = _memory(annotations) if gpus else None
-    return GpuDemand(count=gpus, memory_mib=memory, capacity=capacity, dra_claims=claims)
+    cpu, host_mib = pod_requests(pod)
+    models = allowed_models(pod)
+    profile, n = next(iter(mig.items())) if mig else ("", gpus)
+    return GpuDemand(
+        count=n,
+        memory_mib=_memory(annotations) if gpus else None,
+        mig_profile=profile,
+        capacity=capacity,
+        dra_claims=claims,
+        cpu_milli=cpu,
+        host_memory_mib=host_mib,
+        models=models,
+    )
+
+
+def allowed_models(pod: Pod) -> frozenset[str]:
+    """GPU models (canonical) the pod's node selector and required node affinity allow on
+    ``nvidia.com/gpu.product``; empty: any. Affinity terms are alternatives, so one term
+    that leaves the model open leaves it open."""
+    chosen = (pod.spec.nodeSelector or {}).get(GPU_PRODUCT)
+    allowed = frozenset({canonical_model(chosen)}) if chosen else frozenset()
+    aff = pod.spec.affinity
+    node_aff = aff.nodeAffinity if aff else None
+    required = node_aff.requiredDuringSchedulingIgnoredDuringExecution if node_aff else None
+    terms = (required.nodeSelectorTerms or []) if required else []
+    union: set[str] = set()
+    for term in terms:
+        values = [
+            canonical_model(v)
+            for e in term.matchExpressions or []
+            if e.key == GPU_PRODUCT and e.operator == "In"
+            for v in e.values or []
+        ]
+        if not values:
+            return allowed
+        union.update(values)
+    if not union:
+        return allowed
+    return allowed & union if allowed else frozenset(union)
 
 
 def _container_counts(containers: list[Container]) -> tuple[int, dict[str, int]]:

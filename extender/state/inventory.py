@@ -5,9 +5,8 @@ Reports replace a node's measurements (each GPU's per-pod use among them,
 never both take the last slice of one GPU. A GPU's committed memory is each granted
 pod's max(grant, use) plus ungranted pods' use plus unattributed memory
 (``state.committed``), so an overrun is never hidden by idle grants. ``view()`` turns the
-state into the plain ``NodeView`` scoring works on, rebuilt only when the node changed;
-``columns()`` gives every node at once as arrays (``extender.state.columns``), for requests
-that name thousands of nodes.
+state (with the node's CPU and memory, ``state.host``) into the plain ``NodeView``
+scoring works on, rebuilt on change; ``columns()`` gives every node at once as arrays.
 Thread-safe: reports, binds and releases may come from different threads.
 """
 
@@ -24,6 +23,7 @@ from extender.pricing import NodePrice, PriceBook
 from extender.scoring.model import GpuView, NodeView, Overrun
 from extender.state.columns import NodeColumns
 from extender.state.committed import committed
+from extender.state.host import HostLoad, allocatable_of
 from extender.state.measured import MeasuredGpu, measured_gpus
 from extender.state.nodefacts import NodeFacts, facts_from_labels
 from extender.wire.report import NodeReport, PodGrant
@@ -69,6 +69,7 @@ class Inventory:
         self._seq = 0
         self._columns = NodeColumns()
         self._dirty: set[str] = set()  # nodes whose columns row is behind
+        self._host = HostLoad()  # pods' CPU and memory requests per node
 
     # --- inputs ----------------------------------------------------------------------
 
@@ -89,6 +90,10 @@ class Inventory:
         """Take a node's measurements. A GPU belongs to one node: a report naming a GPU
         that another node reported within ``stale_after`` is refused (ReportRefused)."""
         gpus = measured_gpus(report)
+        try:
+            allocatable = allocatable_of(report.allocatable, "allocatable")
+        except ValueError as e:
+            raise ReportRefused(str(e)) from None
         with self._lock:
             self._claim_gpus(report.node, gpus, received_at - stale_after)
             node = self._nodes.get(report.node)
@@ -97,8 +102,12 @@ class Inventory:
                     facts_from_labels(report.node, report.labels)
                 )
             changed = gpus != node.gpus or node.received_at is None
-            if node.facts_from_report and report.labels:
-                facts = facts_from_labels(report.node, report.labels)
+            if node.facts_from_report and (report.labels or report.allocatable):
+                facts = msgspec.structs.replace(
+                    facts_from_labels(report.node, report.labels),
+                    cpu_allocatable_milli=allocatable[0],
+                    memory_allocatable_mib=allocatable[1],
+                )
                 changed = changed or facts != node.facts
                 node.facts = facts
             node.gpus, node.received_at = gpus, received_at
@@ -180,6 +189,20 @@ class Inventory:
             self._touch_nodes({g.node for g in grants})
         return True
 
+    def pod_requests(self, pod_uid: str, node: str, cpu_milli: int, memory_mib: int) -> None:
+        """A pod on ``node`` (bound by us, or seen by the pod watch, any scheduler's)
+        requests this much CPU and memory of it, until ``pod_gone`` or its release."""
+        with self._lock:
+            self._touch_nodes(self._host.put(pod_uid, node, cpu_milli, memory_mib))
+
+    def pod_gone(self, pod_uid: str) -> None:
+        with self._lock:
+            self._touch_nodes(self._host.drop(pod_uid))
+
+    def pods_listed(self, live: set[str]) -> None:
+        with self._lock:
+            self._touch_nodes(self._host.keep_only(live))
+
     def release(self, pod_uid: str, only: list[Grant] | None = None) -> list[Grant]:
         """Free the pod's reservation; with ``only``, just if it is still those grants, so
         a call that failed never frees what another call reserved for the same pod."""
@@ -190,6 +213,7 @@ class Inventory:
 
     def _release_locked(self, pod_uid: str) -> list[Grant]:
         grants = self._grants.pop(pod_uid, [])
+        self._touch_nodes(self._host.drop(pod_uid))
         for g in grants:
             pods = self._pods_on.get(g.node)
             if pods is not None:
@@ -294,6 +318,7 @@ class Inventory:
             gpu_model=first.model if first else node.facts.gpu_model_hint,
         )
         node.price = price
+        cpu, memory = self._host.requested(name)
         node.view = NodeView(
             name=name,
             gpus=gpus,
@@ -301,6 +326,10 @@ class Inventory:
             instance_type=node.facts.instance_type,
             price_per_gib_hour=price.per_gib_hour_float if price else None,
             version=node.version,
+            cpu_allocatable_milli=node.facts.cpu_allocatable_milli,
+            memory_allocatable_mib=node.facts.memory_allocatable_mib,
+            cpu_requested_milli=cpu,
+            memory_requested_mib=memory,
         )
         return node.view
 
@@ -334,13 +363,8 @@ class Inventory:
         whole = g.total_mib if g.mig_profile else None
         used = dict(g.pod_used) if g.pod_used else {}
         held = committed(granted, used, g.unattributed_mib, whole_mib=whole)
-        overruns = (
-            tuple(
-                Overrun(self._pod_name(e.pod_uid), e.used_mib, e.granted_mib) for e in held.excess
-            )
-            if held.excess
-            else ()
-        )
+        name = self._pod_name
+        overruns = tuple(Overrun(name(e.pod_uid), e.used_mib, e.granted_mib) for e in held.excess)
         return GpuView(
             uuid=g.uuid,
             index=g.index,

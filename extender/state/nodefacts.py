@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import msgspec
 
+from extender.state.host import allocatable_of
 from extender.wire.protocol import Node
 
 CAPACITY_TYPE = "karpenter.sh/capacity-type"
@@ -37,6 +38,8 @@ class NodeFacts(msgspec.Struct, frozen=True, gc=False):  # one per node: see sco
     gpu_model_hint: str = ""
     disrupted: bool = False  # karpenter.sh/disrupted taint, or the Node is being deleted
     unschedulable: bool = False
+    cpu_allocatable_milli: int = 0  # 0: not known (no Node object, no agent allocatable)
+    memory_allocatable_mib: int = 0
 
 
 def facts_from_labels(
@@ -81,7 +84,16 @@ def facts_from_node(node: Node) -> NodeFacts:
         taints,
         deleting=node.metadata.deletionTimestamp is not None,
     )
-    return msgspec.structs.replace(facts, unschedulable=True) if node.spec.unschedulable else facts
+    try:
+        cpu, mem = allocatable_of(node.status.allocatable or {}, "status.allocatable")
+    except ValueError:
+        cpu, mem = 0, 0  # the API server validated it; an odd one is not known, not zero
+    return msgspec.structs.replace(
+        facts,
+        unschedulable=bool(node.spec.unschedulable),
+        cpu_allocatable_milli=cpu,
+        memory_allocatable_mib=mem,
+    )
 
 
 def _int(text: str | None) -> int:

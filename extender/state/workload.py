@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import threading
 
-from extender.scoring.policy import Shape
+from extender.scoring.policy import Shape, ShapeLike
 from extender.state.demand import GpuDemand
 
-DEFAULT_MIX: tuple[tuple[Shape, float], ...] = (
+DEFAULT_MIX: tuple[tuple[ShapeLike, float], ...] = (
     ((1, 8 * 1024, ""), 0.3),
     ((1, 16 * 1024, ""), 0.3),
     ((1, None, ""), 0.3),
@@ -41,7 +41,7 @@ class WorkloadMix:
         self._arrivals = 0
         self._lock = threading.Lock()
         self.version = 0
-        self.mix: tuple[tuple[Shape, float], ...] = DEFAULT_MIX
+        self.mix: tuple[tuple[ShapeLike, float], ...] = DEFAULT_MIX
 
     def observe(self, demand: GpuDemand) -> None:
         if demand.count <= 0 or demand.mig_profile:
@@ -68,7 +68,7 @@ class WorkloadMix:
             self.mix = mix
             self.version += 1
 
-    def _moved(self, mix: tuple[tuple[Shape, float], ...]) -> bool:
+    def _moved(self, mix: tuple[tuple[ShapeLike, float], ...]) -> bool:
         """A different set of shapes, or a share moved by more than ``tolerance``."""
         old = dict(self.mix)
         if old.keys() != dict(mix).keys():

@@ -48,6 +48,29 @@ class Container(msgspec.Struct):
     name: str = ""
     resources: ResourceRequirements | None = None
     env: list[EnvVar] | None = None
+    restartPolicy: str | None = None  # "Always" on an init container: a sidecar
+
+
+class NodeSelectorRequirement(msgspec.Struct):
+    key: str = ""
+    operator: str = ""
+    values: list[str] | None = None
+
+
+class NodeSelectorTerm(msgspec.Struct):
+    matchExpressions: list[NodeSelectorRequirement] | None = None
+
+
+class NodeSelector(msgspec.Struct):
+    nodeSelectorTerms: list[NodeSelectorTerm] | None = None
+
+
+class NodeAffinity(msgspec.Struct):
+    requiredDuringSchedulingIgnoredDuringExecution: NodeSelector | None = None
+
+
+class Affinity(msgspec.Struct):
+    nodeAffinity: NodeAffinity | None = None
 
 
 class PodResourceClaim(msgspec.Struct):
@@ -61,6 +84,9 @@ class PodSpec(msgspec.Struct):
     initContainers: list[Container] | None = None
     resourceClaims: list[PodResourceClaim] | None = None
     nodeName: str | None = None
+    overhead: dict[str, str] | None = None
+    nodeSelector: dict[str, str] | None = None
+    affinity: Affinity | None = None
 
 
 class PodResourceClaimStatus(msgspec.Struct):
@@ -90,9 +116,14 @@ class NodeSpec(msgspec.Struct):
     unschedulable: bool | None = None
 
 
+class NodeStatus(msgspec.Struct):
+    allocatable: dict[str, str] | None = None
+
+
 class Node(msgspec.Struct):
     metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
     spec: NodeSpec = msgspec.field(default_factory=NodeSpec)
+    status: NodeStatus = msgspec.field(default_factory=NodeStatus)
 
 
 # --- extender messages --------------------------------------------------------------

@@ -84,6 +84,9 @@ class NodeReport(msgspec.Struct, omit_defaults=True):
     # Node labels as the agent sees them; used only in standalone mode (no cluster)
     # when the scheduler sends node names and no Node object was ever seen.
     labels: Labels = msgspec.field(default_factory=dict)
+    # The node's allocatable as Kubernetes quantities ({"cpu": "64", "memory": "256Gi"}),
+    # used, like labels, only while no Node object is known (standalone mode)
+    allocatable: Labels = msgspec.field(default_factory=dict)
 
 
 class PodGrant(msgspec.Struct, omit_defaults=True):

@@ -5,7 +5,10 @@ For the expected workload M (``ctx.mix``) and F as in ``fgd.py`` (defined once, 
     place: per unit, the fitting GPU minimising F after placement; ties: least headroom
            (best fit), then lowest index
     score = -(F_after - F_before) / GiB + TIE * (0.5 * fill_after(chosen GPUs)
-                                                 + 0.5 * fill_after(node))     TIE = 1/64
+                                                 + 0.5 * host_fill_after(node))  TIE = 1/64
+F counts the whole node (a GPU on a node without the CPU or memory a shape needs is
+fragmented for it), and host_fill_after is the node's fill over GPU memory and CPU, so
+a GPU pod neither strands GPUs behind a node's CPU nor spreads where it could pack.
 The tie term (< 1/64 GiB of fragmentation) only orders placements FGD finds equal (a
 whole GPU taken from any node with idle GPUs changes F by 0), towards the fullest GPU and
 node, so equal-fragmentation pods pack instead of spreading or landing at random.
@@ -22,7 +25,13 @@ from collections.abc import Sequence
 from extender.scoring import batch as nb
 from extender.scoring.fragmentation import fragmentation_delta, greedy_place, greedy_scores
 from extender.scoring.model import GpuDemand, GpuView, NodeView
-from extender.scoring.policy import Context, by_index, chosen_fill_after, node_fill_after
+from extender.scoring.policy import (
+    Context,
+    by_index,
+    chosen_fill_after,
+    host_fill_after,
+    node_fill_after,
+)
 
 TIE = 1 / 64
 
@@ -44,9 +53,8 @@ class Headroom:
             return 0.0
         lim = ctx.limits
         delta_gib = fragmentation_delta(node, demand, chosen, lim, ctx.mix) / 1024
-        fill = 0.5 * chosen_fill_after(demand, chosen, lim) + 0.5 * node_fill_after(
-            node, demand, chosen, lim
-        )
+        node_fill = host_fill_after(node, demand, node_fill_after(node, demand, chosen, lim))
+        fill = 0.5 * chosen_fill_after(demand, chosen, lim) + 0.5 * node_fill
         return -delta_gib + TIE * fill
 
     def score_batch(
