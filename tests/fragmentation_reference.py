@@ -21,6 +21,7 @@ from extender.scoring.policy import (
     Shape,
     chosen_fill_after,
     host_fill_after,
+    imbalance_after,
     node_fill_after,
 )
 
@@ -121,6 +122,7 @@ def delta(node: NodeView, demand: GpuDemand, chosen: Sequence[GpuView], ctx: Con
 
 
 TIE = 1 / 64  # the headroom policy's tie weight (``policies.headroom.TIE``)
+BALANCE = 1.0  # and its balance weight (``policies.headroom.BALANCE``)
 
 
 def raw(
@@ -131,7 +133,9 @@ def raw(
     score = -delta(node, demand, chosen, ctx) / 1024
     if policy == "headroom":
         lim = ctx.limits
-        node_fill = host_fill_after(node, demand, node_fill_after(node, demand, chosen, lim))
-        fill = 0.5 * chosen_fill_after(demand, chosen, lim) + 0.5 * node_fill
-        score += TIE * fill
+        gpu_fill = node_fill_after(node, demand, chosen, lim)
+        fill = 0.5 * chosen_fill_after(demand, chosen, lim) + 0.5 * host_fill_after(
+            node, demand, gpu_fill
+        )
+        score = score - BALANCE * imbalance_after(node, demand, gpu_fill) + TIE * fill
     return chosen, score

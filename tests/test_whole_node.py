@@ -146,3 +146,15 @@ def test_allowed_models_from_selector_and_required_affinity() -> None:
     open_term = affinity(term("NVIDIA-L4"), {"matchExpressions": []})
     assert allowed_models(pod(open_term)) == frozenset()  # terms are alternatives
     assert allowed_models(pod({"containers": []})) == frozenset()
+
+
+def test_headroom_fills_nodes_in_step_over_their_resources() -> None:
+    """Two idle 8-GPU nodes, equal on GPUs: one CPU-rich, one CPU-poor. A CPU-hungry pod
+    goes to the CPU-rich one, a CPU-light pod to the CPU-poor one, so neither node ends
+    with GPUs stranded behind its CPU (FGD's F alone sees no difference before it happens)."""
+    rich, poor = node("rich", 8, 192_000, cpu=192_000), node("poor", 8, 48_000, cpu=48_000)
+    policy, ctx = policy_by_name("headroom"), Context(EXACT, ((Shape(1, None), 1.0),))
+    hungry, light = GpuDemand(1, None, cpu_milli=20_000), GpuDemand(1, None, cpu_milli=2_000)
+    for pod, want in ((hungry, "rich"), (light, "poor")):
+        raw = {n.name: evaluate(n, pod, policy, ctx).raw for n in (rich, poor)}
+        assert max(raw, key=lambda k: raw[k]) == want, raw

@@ -44,6 +44,7 @@ class GpuBatch:
     spot: Bools  # [N] capacity type is spot
     cpu_alloc: Ints  # [N] allocatable CPU, milli; 0: not known
     cpu_free: Ints  # [N] allocatable - requested CPU, milli; ROOMY when not known
+    mem_alloc: Ints  # [N] allocatable memory, MiB; 0: not known
     mem_free: Ints  # [N] allocatable - requested memory, MiB; ROOMY when not known
     model: npt.NDArray[np.object_]  # [N] canonical GPU model ("" without plain GPUs)
     mig_busy: Bools  # [N] some MIG instance on the node is not idle
@@ -103,6 +104,7 @@ _FIELDS = (
     "spot",
     "cpu_alloc",
     "cpu_free",
+    "mem_alloc",
     "mem_free",
     "model",
     "mig_busy",
@@ -129,6 +131,7 @@ def row_of(view: NodeView, width: int) -> tuple:
         view.capacity_type == "spot",
         view.cpu_allocatable_milli,
         _free(view.cpu_allocatable_milli, view.cpu_requested_milli),
+        view.memory_allocatable_mib,
         _free(view.memory_allocatable_mib, view.memory_requested_mib),
         view.model,
     )
@@ -225,6 +228,18 @@ def host_fill_at(b: GpuBatch, gpu_fill: Floats, demand: GpuDemand, rows: Ints) -
     requested = alloc - b.cpu_free[rows] + demand.cpu_milli
     cpu = np.minimum(1.0, _ratio(requested, alloc))
     return np.where(alloc > 0, 0.5 * gpu_fill + 0.5 * cpu, gpu_fill)
+
+
+def imbalance_at(b: GpuBatch, gpu_fill: Floats, demand: GpuDemand, rows: Ints) -> Floats:
+    """``policy.imbalance_after`` of each row of ``rows`` given its GPU fill after."""
+    out = np.zeros(len(rows))
+    for alloc, free, ask in (
+        (b.cpu_alloc[rows], b.cpu_free[rows], demand.cpu_milli),
+        (b.mem_alloc[rows], b.mem_free[rows], demand.host_memory_mib),
+    ):
+        fill = _ratio(alloc - free + ask, alloc)
+        out = out + np.where(alloc > 0, np.abs(fill - gpu_fill), 0.0)
+    return out
 
 
 def _ratio(part: Ints, whole: Ints) -> Floats:

@@ -42,6 +42,7 @@ from extender.scoring.batch import (
     ask_of,
     chosen_fill_at,
     host_fill_at,
+    imbalance_at,
     node_fill_at,
 )
 from extender.scoring.model import (
@@ -76,13 +77,15 @@ def greedy_scores(
     mix: Mix,
     tie_by_free: bool,
     tie: float,
+    balance: float = 0.0,
 ) -> tuple[Bools, Floats]:
     """FGD's greedy placement for these rows of ``b`` (all when None; -1: a node that is
     unavailable, which never fits), read in place: whether each row fits (capacity-type
     rule, ``demand.count`` slots that ``can_hold`` a unit) and, where it does, the score
-        -(F after placing every unit - F before) / GiB + tie x fill
-    fill = 0.5 x the chosen GPUs' fill after + 0.5 x the node's (``batch.chosen_fill_after``,
-    ``batch.node_fill_after``; computed only when tie != 0); 0 where it does not fit.
+        -(F after placing every unit - F before) / GiB - balance x imbalance + tie x fill
+    fill = 0.5 x the chosen GPUs' fill after + 0.5 x the node's over GPU and CPU
+    (``batch.host_fill_at``), imbalance = ``batch.imbalance_at`` (both computed only when
+    tie or balance is not 0); 0 where it does not fit.
     Ties on F go to the slot with least headroom when ``tie_by_free`` (the ``headroom``
     policy), then to the lowest index (both FGD policies).
 
@@ -107,14 +110,15 @@ def greedy_scores(
         st = _state(b, r, lim, ask_of(demand))
     rooms = (_room(b, r, plain), _room(b, r, plain, demand))
     before, after, slots = _place(st, int(demand.count), plain, rooms, tie_by_free)
-    fill = np.zeros(len(r))
-    if tie != 0.0:
+    fill = imbalance = np.zeros(len(r))
+    if tie != 0.0 or balance != 0.0:
         ask = ask_of(demand)
         node = node_fill_at(b.total, b.node_total, b.node_committed, ask, slots, r)
         fill = 0.5 * chosen_fill_at(b.total, b.committed, ask, slots, r) + 0.5 * host_fill_at(
             b, node, demand, r
         )
-    raw[fits] = -((after - before) / 1024) + tie * fill
+        imbalance = imbalance_at(b, node, demand, r)
+    raw[fits] = -((after - before) / 1024) - balance * imbalance + tie * fill
     return fits, raw
 
 

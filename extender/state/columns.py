@@ -38,6 +38,7 @@ _LINE = (
     "spot",
     "cpu_alloc",
     "cpu_free",
+    "mem_alloc",
     "mem_free",
     "model",
     "mig_reserved",
@@ -61,7 +62,8 @@ class NodeColumns:
         self.node_total = self.node_committed = self.mig_committed = np.zeros(0, np.int64)
         self.stamp = np.zeros(0, np.int64)  # the inventory's change number at the last write
         # the whole node, as ``GpuBatch`` holds it (ROOMY free: allocatable unknown)
-        self.cpu_alloc = self.cpu_free = self.mem_free = np.zeros(0, np.int64)
+        self.cpu_alloc = self.cpu_free = np.zeros(0, np.int64)
+        self.mem_alloc = self.mem_free = np.zeros(0, np.int64)
         self.model = np.zeros(0, dtype=object)
         self.spot = self.mig_reserved = np.zeros(0, dtype=bool)  # mig_reserved: a MIG
         self.price = self.received = np.zeros(0)  # instance is granted; NaN: unknown/none
@@ -245,6 +247,7 @@ class NodeColumns:
                 self.spot,
                 self.cpu_alloc,
                 self.cpu_free,
+                self.mem_alloc,
                 self.mem_free,
                 self.model,
                 busy,

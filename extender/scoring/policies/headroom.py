@@ -4,11 +4,16 @@ For the expected workload M (``ctx.mix``) and F as in ``fgd.py`` (defined once, 
 ``extender.scoring.fragmentation``):
     place: per unit, the fitting GPU minimising F after placement; ties: least headroom
            (best fit), then lowest index
-    score = -(F_after - F_before) / GiB + TIE * (0.5 * fill_after(chosen GPUs)
-                                                 + 0.5 * host_fill_after(node))  TIE = 1/64
+    score = -(F_after - F_before) / GiB - BALANCE * imbalance_after(node)
+            + TIE * (0.5 * fill_after(chosen GPUs) + 0.5 * host_fill_after(node))
+    BALANCE = 1 (GiB of fragmentation per unit of imbalance), TIE = 1/64
+    imbalance_after = |CPU fill - GPU fill| + |memory fill - GPU fill| once placed
 F counts the whole node (a GPU on a node without the CPU or memory a shape needs is
-fragmented for it), and host_fill_after is the node's fill over GPU memory and CPU, so
-a GPU pod neither strands GPUs behind a node's CPU nor spreads where it could pack.
+fragmented for it), but only once it has happened; the balance term acts before: it sends
+a CPU-hungry pod to a node with CPU to spare for its GPUs and a CPU-light one where CPU is
+short, so nodes fill in step and none ends with GPUs stranded behind its CPU or memory
+(on the openb trace: docs/scheduling.md). host_fill_after is the node's fill over GPU
+memory and CPU, so equal pods pack instead of spreading.
 The tie term (< 1/64 GiB of fragmentation) only orders placements FGD finds equal (a
 whole GPU taken from any node with idle GPUs changes F by 0), towards the fullest GPU and
 node, so equal-fragmentation pods pack instead of spreading or landing at random.
@@ -30,10 +35,12 @@ from extender.scoring.policy import (
     by_index,
     chosen_fill_after,
     host_fill_after,
+    imbalance_after,
     node_fill_after,
 )
 
 TIE = 1 / 64
+BALANCE = 1.0
 
 
 class Headroom:
@@ -53,9 +60,11 @@ class Headroom:
             return 0.0
         lim = ctx.limits
         delta_gib = fragmentation_delta(node, demand, chosen, lim, ctx.mix) / 1024
-        node_fill = host_fill_after(node, demand, node_fill_after(node, demand, chosen, lim))
-        fill = 0.5 * chosen_fill_after(demand, chosen, lim) + 0.5 * node_fill
-        return -delta_gib + TIE * fill
+        gpu_fill = node_fill_after(node, demand, chosen, lim)
+        fill = 0.5 * chosen_fill_after(demand, chosen, lim) + 0.5 * host_fill_after(
+            node, demand, gpu_fill
+        )
+        return -delta_gib - BALANCE * imbalance_after(node, demand, gpu_fill) + TIE * fill
 
     def score_batch(
         self, b: nb.GpuBatch, demand: GpuDemand, hold: nb.Bools, ctx: Context
@@ -65,4 +74,6 @@ class Headroom:
     def evaluate_rows(
         self, b: nb.GpuBatch, rows: nb.Ints | None, demand: GpuDemand, ctx: Context
     ) -> tuple[nb.Bools, nb.Floats]:
-        return greedy_scores(b, rows, demand, ctx.limits, ctx.mix, tie_by_free=True, tie=TIE)
+        return greedy_scores(
+            b, rows, demand, ctx.limits, ctx.mix, tie_by_free=True, tie=TIE, balance=BALANCE
+        )
