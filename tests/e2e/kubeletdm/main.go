@@ -8,6 +8,8 @@
 // kubelet does (topologymanager.Admit -> devicemanager.Allocate per container), and then
 // asks GetDeviceRunContainerOptions what each container would be started with.
 //
+// A rejected pod is marked Failed with kubelet's reason, as kubelet would.
+//
 // Every admission is printed as one JSON line on stdout (and appended to --results):
 //
 //	{"pod":"ns/name","uid":"...","admitted":true,"reason":"","message":"",
@@ -53,10 +55,12 @@ import (
 func newManagerImpl(logger klog.Logger, socketPath string, topology []cadvisorapi.Node,
 	topologyAffinityStore topologymanager.Store) (*devicemanager.ManagerImpl, error)
 
-type sourcesReady struct{}
+// sourcesReady says the API source is ready once the pod informer has synced: until
+// then kubelet's device manager must not drop checkpointed pods it has not seen yet.
+type sourcesReady struct{ synced func() bool }
 
 func (sourcesReady) AddSource(string) {}
-func (sourcesReady) AllReady() bool   { return true }
+func (s sourcesReady) AllReady() bool { return s.synced() }
 
 type containerResult struct {
 	Name       string              `json:"name"`
@@ -121,18 +125,31 @@ func run(socketDir, kubeconfig, node, resultsPath string) error {
 	}
 	tm.AddHintProvider(logger, dm)
 
+	queue := make(chan *v1.Pod, 1024)
+	factory := informers.NewSharedInformerFactoryWithOptions(cs, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", node).String()
+		}))
+	podInformer := factory.Core().V1().Pods().Informer()
 	var mu sync.Mutex
-	admitted := map[string]*v1.Pod{} // uid -> pod: kubelet's active pods
+	rejected := map[string]bool{} // uid -> refused at admission (kubelet marks it Failed)
+	// kubelet's active pods: every pod bound to the node that is neither terminal nor
+	// rejected, admitted or still waiting (kubelet's pod manager holds a pod before its
+	// admission); after a restart this keeps the checkpointed pods' devices allocated
 	activePods := func() []*v1.Pod {
 		mu.Lock()
 		defer mu.Unlock()
-		out := make([]*v1.Pod, 0, len(admitted))
-		for _, p := range admitted {
+		var out []*v1.Pod
+		for _, obj := range podInformer.GetStore().List() {
+			p := obj.(*v1.Pod)
+			if rejected[string(p.UID)] || p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
+				continue
+			}
 			out = append(out, p)
 		}
 		return out
 	}
-	if err := dm.Start(logger, activePods, sourcesReady{}, containermap.NewContainerMap(), sets.New[string]()); err != nil {
+	if err := dm.Start(logger, activePods, sourcesReady{podInformer.HasSynced}, containermap.NewContainerMap(), sets.New[string]()); err != nil {
 		return err
 	}
 	defer dm.Stop(logger) //nolint:errcheck
@@ -146,21 +163,8 @@ func run(socketDir, kubeconfig, node, resultsPath string) error {
 		defer out.Close()
 	}
 
-	queue := make(chan *v1.Pod, 1024)
-	factory := informers.NewSharedInformerFactoryWithOptions(cs, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", node).String()
-		}))
-	podInformer := factory.Core().V1().Pods().Informer()
 	_, _ = podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) { queue <- obj.(*v1.Pod) },
-		DeleteFunc: func(obj any) {
-			if p, ok := obj.(*v1.Pod); ok {
-				mu.Lock()
-				delete(admitted, string(p.UID))
-				mu.Unlock()
-			}
-		},
 	})
 	factory.Start(ctx.Done())
 
@@ -176,10 +180,11 @@ func run(socketDir, kubeconfig, node, resultsPath string) error {
 			seen[string(pod.UID)] = true
 			waitForResources(ctx, dm, pod)
 			res := admit(ctx, tm, dm, pod, activePods())
-			if res.Admitted {
+			if !res.Admitted {
 				mu.Lock()
-				admitted[string(pod.UID)] = pod
+				rejected[string(pod.UID)] = true
 				mu.Unlock()
+				reject(ctx, cs, pod, res)
 			}
 			line, _ := json.Marshal(res)
 			fmt.Println(string(line))
@@ -190,16 +195,17 @@ func run(socketDir, kubeconfig, node, resultsPath string) error {
 	}
 }
 
-// waitForResources gives a registering plugin up to 10 s to list its devices, the way a
-// real node's pods wait for the plugin before kubelet admits them.
+// waitForResources gives a (re)registering plugin up to 10 s to list healthy devices
+// (kubelet's allocatable), the way a real node's pods wait for the plugin before kubelet
+// admits them.
 func waitForResources(ctx context.Context, dm *devicemanager.ManagerImpl, pod *v1.Pod) {
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		capacity, _, _ := dm.GetCapacity()
+		_, allocatable, _ := dm.GetCapacity()
 		missing := false
 		for _, c := range pod.Spec.Containers {
 			for name := range c.Resources.Limits {
-				if q, ok := capacity[name]; ok && q.Value() > 0 {
+				if q, ok := allocatable[name]; ok && q.Value() > 0 {
 					continue
 				}
 				if isExtended(string(name)) {
@@ -221,6 +227,18 @@ func isExtended(name string) bool {
 		}
 	}
 	return false
+}
+
+// reject records a failed admission on the pod as kubelet's rejectPod does: phase Failed
+// with the admit handler's reason (UnexpectedAdmissionError for a failed Allocate).
+func reject(ctx context.Context, cs kubernetes.Interface, pod *v1.Pod, res admission) {
+	p := pod.DeepCopy()
+	p.Status.Phase = v1.PodFailed
+	p.Status.Reason = res.Reason
+	p.Status.Message = "Pod was rejected: " + res.Message
+	if _, err := cs.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		fmt.Fprintf(os.Stderr, "kubeletdm: recording rejection of %s/%s: %v\n", p.Namespace, p.Name, err)
+	}
 }
 
 func admit(ctx context.Context, tm topologymanager.Manager, dm *devicemanager.ManagerImpl,

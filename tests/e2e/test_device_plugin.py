@@ -1,0 +1,162 @@
+"""``headroom device-plugin`` against kubelet's own device manager and a real API server.
+
+The Go harness (tests/e2e/kubeletdm) runs k8s.io/kubernetes' devicemanager for one node
+and admits the pods bound to it as kubelet does; the plugin reads their grants from the
+kube-apiserver. What a container would be started with (its env and CDI devices) must be
+exactly the grant, a request that cannot be the grant must be refused by kubelet's own
+admission, and the answers must survive kubelet and plugin restarts.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+
+from drivers.gpu.simulated import SimulatedDriver
+from extender.wire.annotations import ANN_ALLOCATED, ANN_GPU_MEMORY_MIB, ANN_GPU_UUIDS
+
+from .kubelet_proc import Kubelet, Plugin, build_harness, wait_for
+
+pytestmark = pytest.mark.e2e
+
+SPEC = "2xA10G:24Gi"
+
+
+@pytest.fixture(scope="session")
+def harness(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    log = tmp_path_factory.mktemp("kubeletdm-build") / "build.log"
+    try:
+        return build_harness(log)
+    except Exception as exc:
+        pytest.fail(f"building tests/e2e/kubeletdm failed: {exc}\n{log.read_text()[-4000:]}")
+
+
+@pytest.fixture
+def kubelet_dir() -> Iterator[Path]:
+    d = Path(tempfile.mkdtemp(prefix="kdm", dir="/tmp"))  # short: socket paths <= 107 bytes
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def granted_pod(name: str, node: str, gpus: list[str], mib: int) -> dict[str, Any]:
+    """A pod as the extender's bind leaves it: on the node, with its grant annotated."""
+    return {
+        "metadata": {
+            "name": name,
+            "annotations": {ANN_GPU_UUIDS: ",".join(gpus), ANN_GPU_MEMORY_MIB: str(mib)},
+        },
+        "spec": {
+            "nodeName": node,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"limits": {"nvidia.com/gpu": str(len(gpus))}},
+                }
+            ],
+            "terminationGracePeriodSeconds": 0,
+        },
+    }
+
+
+def given(admission: dict[str, Any]) -> dict[str, Any]:
+    """The one container's env, CDI devices and slot ids."""
+    assert admission["admitted"], admission
+    (c,) = admission["containers"]
+    assert not c.get("error"), c
+    return {"envs": c["envs"], "cdi": c["cdiDevices"], "ids": c["devices"]["nvidia.com/gpu"]}
+
+
+def test_kubelet_gives_each_container_exactly_its_grant(
+    harness: Path,
+    kubelet_dir: Path,
+    e2e_cluster: Any,
+    k8s_client: k8s.ApiClient,
+    make_node: Any,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    core: Any = k8s.CoreV1Api(k8s_client)
+    node = make_node("dp-node", gpus=4)
+    g0, g1 = SimulatedDriver(SPEC, seed=1, node=node).gpu_uuids
+    kubelet = Kubelet(
+        harness, kubelet_dir / "device-plugins", e2e_cluster.kubeconfig, node, tmp_path
+    )
+    plugin = Plugin(kubelet_dir, e2e_cluster.kubeconfig, node, SPEC, tmp_path)
+    kubelet.start()
+    plugin.start()
+    try:
+        # one GPU, steered to the granted card (kubelet alone would take GPU 0's slot)
+        core.create_namespaced_pod(namespace, granted_pod("one", node, [g1], 8192))
+        one = given(kubelet.admission(f"{namespace}/one"))
+        assert one["envs"] == {"NVIDIA_VISIBLE_DEVICES": g1, "CUDA_DEVICE_MEMORY_LIMIT_0": "8192m"}
+        assert one["cdi"] == [f"nvidia.com/gpu={g1}"]
+        assert all(i.startswith(g1 + "::") for i in one["ids"]) and len(one["ids"]) == 1
+        ann = core.read_namespaced_pod("one", namespace).metadata.annotations
+        assert ann[ANN_ALLOCATED] == ",".join(one["ids"])
+
+        # two GPUs: one slot on each, in grant order
+        core.create_namespaced_pod(namespace, granted_pod("two", node, [g0, g1], 4096))
+        two = given(kubelet.admission(f"{namespace}/two"))
+        assert two["envs"] == {
+            "NVIDIA_VISIBLE_DEVICES": f"{g0},{g1}",
+            "CUDA_DEVICE_MEMORY_LIMIT_0": "4096m",
+            "CUDA_DEVICE_MEMORY_LIMIT_1": "4096m",
+        }
+        assert sorted(i.split("::")[0] for i in two["ids"]) == sorted([g0, g1])
+
+        # GPU 1's two slots are taken: kubelet can only offer GPU 0, which is not the
+        # grant, so the plugin refuses and kubelet's admission fails the pod
+        core.create_namespaced_pod(namespace, granted_pod("wrong", node, [g1], 4096))
+        wrong = kubelet.admission(f"{namespace}/wrong")
+        assert not wrong["admitted"]
+        assert wrong["reason"] == "UnexpectedAdmissionError"
+        assert "not on the GPUs granted" in wrong["message"] and g1 in wrong["message"]
+        wait_for(
+            lambda: core.read_namespaced_pod("wrong", namespace).status.phase == "Failed",
+            "the refused pod marked Failed",
+        )
+        pod = core.read_namespaced_pod("wrong", namespace)
+        assert ANN_ALLOCATED not in (pod.metadata.annotations or {})
+
+        # kubelet restarts: it removes the plugin's socket and serves a new kubelet.sock;
+        # the plugin re-registers, running pods keep their answers, a new pod is served
+        seen = len(kubelet.admissions())
+        kubelet.stop()
+        kubelet.start()
+        for name, before in (("one", one), ("two", two)):
+            after = given(kubelet.admission(f"{namespace}/{name}", after=seen))
+            assert after == before, name
+        core.create_namespaced_pod(namespace, granted_pod("three", node, [g0], 2048))
+        three = given(kubelet.admission(f"{namespace}/three", after=seen))
+        assert three["envs"]["NVIDIA_VISIBLE_DEVICES"] == g0
+
+        # the plugin restarts and a pod is deleted: its slot is free again for the next
+        # grant on that GPU, and the plugin's checkpoint forgets the deleted pod
+        plugin.stop()
+        plugin.start()
+        core.delete_namespaced_pod("one", namespace, grace_period_seconds=0)
+        wait_for(lambda: not _exists(core, namespace, "one"), "pod one deleted")
+        core.create_namespaced_pod(namespace, granted_pod("four", node, [g1], 1024))
+        four = given(kubelet.admission(f"{namespace}/four", after=seen))
+        assert four["envs"]["NVIDIA_VISIBLE_DEVICES"] == g1
+        assert four["ids"] == one["ids"]  # the only free slot on GPU 1
+    finally:
+        plugin.stop()
+        kubelet.stop()
+
+
+def _exists(core: Any, namespace: str, name: str) -> bool:
+    try:
+        core.read_namespaced_pod(name, namespace)
+    except k8s.ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
