@@ -21,7 +21,9 @@ from kubernetes import client as k8s
 from drivers.gpu.simulated import SimulatedDriver
 from extender.wire.annotations import ANN_ALLOCATED, ANN_GPU_MEMORY_MIB, ANN_GPU_UUIDS
 
+from .headroom_proc import Headroom
 from .kubelet_proc import Kubelet, Plugin, build_harness, wait_for
+from .test_scheduling import pod_body, uid_of, wait_bound
 
 pytestmark = pytest.mark.e2e
 
@@ -150,6 +152,57 @@ def test_kubelet_gives_each_container_exactly_its_grant(
     finally:
         plugin.stop()
         kubelet.stop()
+
+
+def test_scheduled_pods_run_on_the_ledgers_gpus(
+    harness: Path,
+    kubelet_dir: Path,
+    e2e_cluster: Any,
+    k8s_client: k8s.ApiClient,
+    kube_scheduler: Any,
+    make_node: Any,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    """The whole chain: kube-scheduler, the extender's bind (ledger + annotations), kubelet's
+    device manager, the plugin. Each container's GPUs and memory limit are the ledger's.
+
+    Pods are created one after another (each admitted before the next is bound): the
+    extender rule that keeps a node unambiguous while a grant is unacknowledged is not
+    built yet (docs/device-plugin.md).
+    """
+    core: Any = k8s.CoreV1Api(k8s_client)
+    node = make_node("dp-chain", gpus=4, capacity_type="on-demand")  # 2 GPUs x 2 slots
+    headroom = Headroom(tmp_path, e2e_cluster.kubeconfig)
+    headroom.start()
+    kubelet = Kubelet(
+        harness, kubelet_dir / "device-plugins", e2e_cluster.kubeconfig, node, tmp_path
+    )
+    plugin = Plugin(kubelet_dir, e2e_cluster.kubeconfig, node, SPEC, tmp_path)
+    try:
+        headroom.agent(node, SPEC)  # the same seed and node as the plugin: same UUIDs
+        kubelet.start()
+        plugin.start()
+        kube_scheduler(headroom.url)
+        per_gpu: dict[str, int] = {}
+        # 20 GiB first: the 10 GiB pods then cannot join it and go to the other GPU while
+        # the first GPU still has a free slot, which kubelet alone could hand out
+        for name, memory in (("c", "20Gi"), ("a", "10Gi"), ("b", "10Gi")):
+            core.create_namespaced_pod(namespace, pod_body(name, memory))
+            uid = uid_of(wait_bound(core, namespace, name))
+            got = given(kubelet.admission(f"{namespace}/{name}"))
+            (row,) = headroom.allocations(pod=uid)
+            assert got["envs"] == {
+                "NVIDIA_VISIBLE_DEVICES": row["gpu_uuid"],
+                "CUDA_DEVICE_MEMORY_LIMIT_0": f"{row['memory_mib']}m",
+            }, name
+            assert got["cdi"] == [f"nvidia.com/gpu={row['gpu_uuid']}"]
+            per_gpu[row["gpu_uuid"]] = per_gpu.get(row["gpu_uuid"], 0) + row["memory_mib"]
+        assert sorted(per_gpu.values()) == [20480, 20480], per_gpu
+    finally:
+        plugin.stop()
+        kubelet.stop()
+        headroom.stop()
 
 
 def _exists(core: Any, namespace: str, name: str) -> bool:
