@@ -5,8 +5,9 @@ already running. By then their grants are acknowledged, so ``grants.match`` woul
 pending pod; the checkpoint (keyed by the exact device set) returns the first answer.
 It lives beside kubelet's own checkpoint in the device-plugins directory: kubelet's
 restart removes the sockets there, never regular files, and no extra hostPath is needed.
-Entries of pods that no longer exist are dropped (``prune``), which is how a deleted pod
-releases what it held.
+Entries of pods that no longer exist or have finished (a pod kubelet rejected is Failed)
+are dropped (``prune``), which is how a deleted pod or a failed admission releases what
+it held.
 """
 
 from __future__ import annotations

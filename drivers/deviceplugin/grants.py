@@ -31,6 +31,7 @@ class PodView:
     requested: int  # the plugin's resource, summed over app containers (init: max)
     created: float = 0.0  # creation time, seconds; kubelet admits older pods first
     active: bool = True  # not terminal and not being deleted
+    terminal: bool = False  # Succeeded or Failed (kubelet rejected it, or it ended)
 
     @property
     def key(self) -> str:

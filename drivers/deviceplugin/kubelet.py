@@ -4,7 +4,7 @@ Why watch the files: a restarting kubelet removes every socket in its device-plu
 directory (ours included) and creates a new ``kubelet.sock``; it never calls plugins
 back. A plugin that does not notice stays unregistered and the node's allocatable drops
 to zero. So the runner checks once a second that its own socket still exists and that
-``kubelet.sock`` is the same file (inode) it registered with, and otherwise starts a fresh
+``kubelet.sock`` is the same file (inode, ctime) it registered with, and otherwise starts a fresh
 server and registers again.
 """
 
@@ -48,11 +48,14 @@ def register(kubelet_sock: Path, endpoint: str, resource: str, timeout_s: float 
         )
 
 
-def _inode(path: Path) -> int | None:
+def _identity(path: Path) -> tuple[int, int] | None:
+    """Which file ``path`` is: inode and change time (an inode number alone can be
+    reused by the next socket kubelet creates)."""
     try:
-        return os.stat(path).st_ino
+        st = os.stat(path)
     except FileNotFoundError:
         return None
+    return (st.st_ino, st.st_ctime_ns)
 
 
 class PluginRunner:
@@ -75,7 +78,7 @@ class PluginRunner:
         self.registrations = 0  # how many times kubelet accepted us (tests read it)
         self.registered = threading.Event()
         self._server: grpc.Server | None = None
-        self._registered_inode: int | None = None
+        self._registered_id: tuple[int, int] | None = None
 
     def _start_server(self) -> None:
         self._stop_server()
@@ -96,17 +99,17 @@ class PluginRunner:
 
     def step(self) -> None:
         """One check: (re)serve and (re)register when kubelet or our socket changed."""
-        kubelet_inode = _inode(self.kubelet_sock)
-        if kubelet_inode is None:
+        kubelet_id = _identity(self.kubelet_sock)
+        if kubelet_id is None:
             if self.registered.is_set():
                 log.warning("%s is gone (kubelet stopped); waiting for it", self.kubelet_sock)
             self.registered.clear()
-            self._registered_inode = None
+            self._registered_id = None
             return
         if (
             self._server is not None
             and self.registered.is_set()
-            and kubelet_inode == self._registered_inode
+            and kubelet_id == self._registered_id
             and self.socket.exists()
         ):
             return
@@ -118,7 +121,7 @@ class PluginRunner:
             log.warning("registering %s with kubelet failed (%s); retrying", self.resource, e)
             self.registered.clear()
             return
-        self._registered_inode = kubelet_inode
+        self._registered_id = kubelet_id
         self.registrations += 1
         self.registered.set()
         log.info("registered %s with kubelet (%s)", self.resource, self.kubelet_sock)

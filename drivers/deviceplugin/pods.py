@@ -50,6 +50,7 @@ def view_of(pod: Any, resource: str) -> PodView:
     meta, spec, status = pod.metadata, pod.spec, pod.status
     phase = getattr(status, "phase", None) if status is not None else None
     created = meta.creation_timestamp.timestamp() if meta.creation_timestamp else 0.0
+    terminal = phase in ("Succeeded", "Failed")
     return PodView(
         uid=str(meta.uid),
         namespace=str(meta.namespace),
@@ -57,7 +58,8 @@ def view_of(pod: Any, resource: str) -> PodView:
         annotations=dict(meta.annotations or {}),
         requested=requested(spec, resource),
         created=created,
-        active=phase not in ("Succeeded", "Failed") and meta.deletion_timestamp is None,
+        active=not terminal and meta.deletion_timestamp is None,
+        terminal=terminal,
     )
 
 

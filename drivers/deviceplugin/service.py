@@ -156,8 +156,10 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
 
     def _allocate_one(self, devices: list[str]) -> Answer:
         pods = self.pods.pods()
-        for gone in self.checkpoint.prune({p.uid for p in pods}):
-            log.info("released %s of deleted pod %s", list(gone.devices), gone.pod)
+        # a pod deleted, finished or rejected at admission releases its answers; one that
+        # is terminating keeps them (kubelet may still re-Allocate it until it is gone)
+        for gone in self.checkpoint.prune({p.uid for p in pods if not p.terminal}):
+            log.info("released %s of pod %s (gone or finished)", list(gone.devices), gone.pod)
         cached = self.checkpoint.get(devices)
         if cached is not None:
             log.info("re-Allocate %s: same answer as before for %s", devices, cached.pod)

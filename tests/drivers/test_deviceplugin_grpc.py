@@ -262,3 +262,12 @@ def test_a_deleted_pod_releases_its_answer(node: Node) -> None:
     assert node.service.checkpoint.get(["GPU-1111::0"]) is None
     with pytest.raises(grpc.RpcError):
         node.allocate("GPU-1111::0")  # nobody holds a grant there any more
+
+
+def test_a_pod_that_finished_or_was_rejected_releases_its_answer(node: Node) -> None:
+    node.pods.add("p", [G0])
+    node.allocate("GPU-1111::0")
+    node.pods.items["p"] = replace(node.pods.items["p"], active=False, terminal=True)
+    node.pods.add("q", [G1])
+    node.allocate("GPU-2222::0")
+    assert node.service.checkpoint.get(["GPU-1111::0"]) is None
