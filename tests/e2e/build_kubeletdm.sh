@@ -4,7 +4,7 @@
 # Cached like build.sh, outside the checkout:
 #   ${HEADROOM_E2E_CACHE:-$HOME/.cache/headroom-e2e}/<key>/bin/kubeletdm
 # where <key> encodes the Kubernetes and Go versions plus a short hash of the harness's
-# go.mod, go.sum and main.go, so any change there rebuilds. Same k8s.io/kubernetes pin and
+# go.mod, go.sum and Go files, so any change there rebuilds. Same k8s.io/kubernetes pin and
 # replace directives as tests/e2e/k8s/go.mod (the control plane). Idempotent; progress on
 # stderr; the last line on stdout is the binary's path.
 set -euo pipefail
@@ -21,7 +21,7 @@ command -v go >/dev/null || { log "go not found on PATH"; exit 2; }
 
 GO_VERSION="$(go env GOVERSION)"
 K8S_VERSION="$(cd "$MOD" && go list -m -f '{{if .Replace}}{{.Replace.Version}}{{else}}{{.Version}}{{end}}' k8s.io/kubernetes)"
-FILES_HASH="$(cat "$MOD/go.mod" "$MOD/go.sum" "$MOD/main.go" | sha256sum | cut -c1-10)"
+FILES_HASH="$(cat "$MOD/go.mod" "$MOD/go.sum" "$MOD"/*.go | sha256sum | cut -c1-10)"
 KEY="kubeletdm-${K8S_VERSION}_${GO_VERSION}_$(go env GOOS)-$(go env GOARCH)_${FILES_HASH}"
 CACHE="${HEADROOM_E2E_CACHE:-$HOME/.cache/headroom-e2e}"
 BIN="$CACHE/$KEY/bin"

@@ -57,7 +57,13 @@ class Kubelet:
     def results(self) -> Path:
         return self.logs / f"kubeletdm-{self.node}.jsonl"
 
+    @property
+    def pod_resources(self) -> Path:
+        """kubelet's pod-resources socket, where a node has it relative to device-plugins."""
+        return self.socket_dir.parent / "pod-resources" / "kubelet.sock"
+
     def start(self) -> None:
+        self.pod_resources.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.logs / f"kubeletdm-{self.node}-{self.starts}.log", "wb")  # noqa: SIM115
         self.starts += 1
         self.proc = subprocess.Popen(
@@ -71,6 +77,8 @@ class Kubelet:
                 self.node,
                 "--results",
                 str(self.results),
+                "--pod-resources-socket",
+                str(self.pod_resources),
             ],
             stdout=log,
             stderr=subprocess.STDOUT,

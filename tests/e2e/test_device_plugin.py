@@ -68,10 +68,12 @@ def granted_pod(name: str, node: str, gpus: list[str], mib: int) -> dict[str, An
 
 
 def given(admission: dict[str, Any]) -> dict[str, Any]:
-    """The one container's env, CDI devices and slot ids."""
+    """The one container's env, CDI devices and slot ids; kubelet's pod-resources API
+    must name the same slots as its device manager."""
     assert admission["admitted"], admission
     (c,) = admission["containers"]
     assert not c.get("error"), c
+    assert sorted(c["podResources"]["nvidia.com/gpu"]) == c["devices"]["nvidia.com/gpu"], c
     return {"envs": c["envs"], "cdi": c["cdiDevices"], "ids": c["devices"]["nvidia.com/gpu"]}
 
 
@@ -197,6 +199,8 @@ def test_scheduled_pods_run_on_the_ledgers_gpus(
                 "CUDA_DEVICE_MEMORY_LIMIT_0": f"{row['memory_mib']}m",
             }, name
             assert got["cdi"] == [f"nvidia.com/gpu={row['gpu_uuid']}"]
+            # kubelet's own records (checkpoint, pod-resources) name the ledger's GPU too
+            assert [i.split("::")[0] for i in got["ids"]] == [row["gpu_uuid"]]
             per_gpu[row["gpu_uuid"]] = per_gpu.get(row["gpu_uuid"], 0) + row["memory_mib"]
         assert sorted(per_gpu.values()) == [20480, 20480], per_gpu
     finally:

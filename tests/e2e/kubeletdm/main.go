@@ -8,13 +8,17 @@
 // kubelet does (topologymanager.Admit -> devicemanager.Allocate per container), and then
 // asks GetDeviceRunContainerOptions what each container would be started with.
 //
+// With --pod-resources-socket it also serves kubelet's pod-resources API v1 (kubelet's own
+// server, podresources.go) and records what its Get says each admitted container holds.
+//
 // A rejected pod is marked Failed with kubelet's reason, as kubelet would.
 //
 // Every admission is printed as one JSON line on stdout (and appended to --results):
 //
 //	{"pod":"ns/name","uid":"...","admitted":true,"reason":"","message":"",
 //	 "containers":[{"name":"c","devices":{"nvidia.com/gpu":["GPU-..::0"]},
-//	   "envs":{"NVIDIA_VISIBLE_DEVICES":"GPU-.."},"cdiDevices":["nvidia.com/gpu=GPU-.."]}]}
+//	   "envs":{"NVIDIA_VISIBLE_DEVICES":"GPU-.."},"cdiDevices":["nvidia.com/gpu=GPU-.."],
+//	   "podResources":{"nvidia.com/gpu":["GPU-..::0"]}}]}
 //
 // The socket directory is a flag: kubelet's exported constructor hard-codes
 // /var/lib/kubelet/device-plugins, so the unexported one (same code, a path argument)
@@ -45,6 +49,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
+	"k8s.io/kubernetes/pkg/kubelet/apis/podresources"
 	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
 	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
 	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
@@ -68,6 +73,8 @@ type containerResult struct {
 	Envs       map[string]string   `json:"envs"`
 	CDIDevices []string            `json:"cdiDevices"`
 	Error      string              `json:"error,omitempty"`
+	// PodResources: what kubelet's pod-resources Get says the container holds
+	PodResources map[string][]string `json:"podResources,omitempty"`
 }
 
 type admission struct {
@@ -85,18 +92,19 @@ func main() {
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig of the API server")
 	node := flag.String("node", "", "the fake node's name")
 	results := flag.String("results", "", "append one JSON line per admission here too")
+	podResources := flag.String("pod-resources-socket", "", "serve kubelet's pod-resources API v1 here")
 	flag.Parse()
 	if *socketDir == "" || *kubeconfig == "" || *node == "" {
 		fmt.Fprintln(os.Stderr, "usage: kubeletdm --socket-dir DIR --kubeconfig F --node NAME [--results F]")
 		os.Exit(2)
 	}
-	if err := run(*socketDir, *kubeconfig, *node, *results); err != nil {
+	if err := run(*socketDir, *kubeconfig, *node, *results, *podResources); err != nil {
 		fmt.Fprintln(os.Stderr, "kubeletdm:", err)
 		os.Exit(1)
 	}
 }
 
-func run(socketDir, kubeconfig, node, resultsPath string) error {
+func run(socketDir, kubeconfig, node, resultsPath, podResourcesSocket string) error {
 	logger := klog.Background()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -153,6 +161,26 @@ func run(socketDir, kubeconfig, node, resultsPath string) error {
 		return err
 	}
 	defer dm.Stop(logger) //nolint:errcheck
+	if podResourcesSocket != "" {
+		all := func() []*v1.Pod {
+			var out []*v1.Pod
+			for _, obj := range podInformer.GetStore().List() {
+				out = append(out, obj.(*v1.Pod))
+			}
+			return out
+		}
+		srv, err := servePodResources(ctx, podResourcesSocket, podresources.PodResourcesProviders{
+			Pods:             podsProvider{active: activePods, all: all},
+			Devices:          devicesProvider{dm},
+			Cpus:             noCPUs{},
+			Memory:           noMemory{},
+			DynamicResources: noDRA{},
+		})
+		if err != nil {
+			return err
+		}
+		defer srv.Stop()
+	}
 	fmt.Fprintf(os.Stderr, "kubeletdm: serving %s for node %s\n", filepath.Join(abs, "kubelet.sock"), node)
 
 	var out *os.File
@@ -180,6 +208,16 @@ func run(socketDir, kubeconfig, node, resultsPath string) error {
 			seen[string(pod.UID)] = true
 			waitForResources(ctx, dm, pod)
 			res := admit(ctx, tm, dm, pod, activePods())
+			if res.Admitted && podResourcesSocket != "" {
+				held, err := podResourcesOf(podResourcesSocket, pod.Namespace, pod.Name)
+				for i := range res.Containers {
+					if err != nil {
+						res.Containers[i].Error = "pod-resources: " + err.Error()
+						continue
+					}
+					res.Containers[i].PodResources = held[res.Containers[i].Name]
+				}
+			}
 			if !res.Admitted {
 				mu.Lock()
 				rejected[string(pod.UID)] = true
