@@ -87,12 +87,13 @@ def test_kubelet_gives_each_container_exactly_its_grant(
     tmp_path: Path,
 ) -> None:
     core: Any = k8s.CoreV1Api(k8s_client)
-    node = make_node("dp-node", gpus=4)
-    g0, g1 = SimulatedDriver(SPEC, seed=1, node=node).gpu_uuids
+    node = make_node("dp-node", gpus=6)
+    spec = "3xA10G:24Gi"
+    g0, g1, g2 = SimulatedDriver(spec, seed=1, node=node).gpu_uuids
     kubelet = Kubelet(
         harness, kubelet_dir / "device-plugins", e2e_cluster.kubeconfig, node, tmp_path
     )
-    plugin = Plugin(kubelet_dir, e2e_cluster.kubeconfig, node, SPEC, tmp_path)
+    plugin = Plugin(kubelet_dir, e2e_cluster.kubeconfig, node, spec, tmp_path)
     kubelet.start()
     plugin.start()
     try:
@@ -115,8 +116,8 @@ def test_kubelet_gives_each_container_exactly_its_grant(
         }
         assert sorted(i.split("::")[0] for i in two["ids"]) == sorted([g0, g1])
 
-        # GPU 1's two slots are taken: kubelet can only offer GPU 0, which is not the
-        # grant, so the plugin refuses and kubelet's admission fails the pod
+        # GPU 1's two slots are taken: kubelet can only offer another GPU, which is not
+        # the grant, so the plugin refuses and kubelet's admission fails the pod
         core.create_namespaced_pod(namespace, granted_pod("wrong", node, [g1], 4096))
         wrong = kubelet.admission(f"{namespace}/wrong")
         assert not wrong["admitted"]
@@ -151,6 +152,18 @@ def test_kubelet_gives_each_container_exactly_its_grant(
         four = given(kubelet.admission(f"{namespace}/four", after=seen))
         assert four["envs"]["NVIDIA_VISIBLE_DEVICES"] == g1
         assert four["ids"] == one["ids"]  # the only free slot on GPU 1
+
+        # an init container's devices are reused by the app container: kubelet calls
+        # Allocate twice with the same slot, and the second gets the first's answer
+        init = granted_pod("init", node, [g2], 3072)
+        init["spec"]["initContainers"] = [{**init["spec"]["containers"][0], "name": "setup"}]
+        core.create_namespaced_pod(namespace, init)
+        reused = given(kubelet.admission(f"{namespace}/init", after=seen))
+        assert reused["envs"] == {
+            "NVIDIA_VISIBLE_DEVICES": g2,
+            "CUDA_DEVICE_MEMORY_LIMIT_0": "3072m",
+        }
+        assert reused["ids"][0].startswith(g2 + "::")
     finally:
         plugin.stop()
         kubelet.stop()
