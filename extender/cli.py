@@ -1,4 +1,4 @@
-"""``headroom`` command line: serve, simulate, agent, ledger, claim, top."""
+"""``headroom`` command line: serve, simulate, agent, ledger, claim, top, device-plugin."""
 
 from __future__ import annotations
 
@@ -216,12 +216,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _optional_commands() -> list[Callable[[Any], object]]:
     from drivers.agent.cli import add_agent_command
+    from drivers.deviceplugin.cli import add_device_plugin_command
     from extender.dra.cli import add_claim_command
     from extender.http.top import add_top_command
     from extender.ledger.cli import add_ledger_command
 
     commands: list[Callable[[Any], object]] = [add_agent_command, add_ledger_command]
-    commands += [add_claim_command, add_top_command]
+    commands += [add_claim_command, add_top_command, add_device_plugin_command]
     return commands
 
 

@@ -5,7 +5,9 @@ with Kubernetes, so each key is spelled once here.
   quantity such as ``20Gi``) and ``ANN_CAPACITY`` (``spot|on-demand|any``);
 - written at bind and read back when the extender rebuilds its state from the cluster:
   ``ANN_GPU_UUIDS`` (comma-separated GPU or MIG UUIDs) and ``ANN_GPU_MEMORY_MIB``
-  (the memory granted per GPU, in MiB).
+  (the memory granted per GPU, in MiB);
+- written by the node's device plugin: ``ANN_ALLOCATED`` (the slots kubelet's Allocate
+  acknowledged for the grant).
 """
 
 from __future__ import annotations
@@ -14,3 +16,7 @@ ANN_MEMORY = "headroom.dev/gpu-memory"
 ANN_CAPACITY = "headroom.dev/capacity-type"
 ANN_GPU_UUIDS = "headroom.dev/gpu-uuids"
 ANN_GPU_MEMORY_MIB = "headroom.dev/gpu-memory-mib"
+ANN_ALLOCATED = "headroom.dev/allocated"
+"""Written by the node's device plugin when kubelet's Allocate for the pod succeeded: the
+comma-separated device (slot) ids it acknowledged, ``<GPU-UUID>::<k>``. A grant without it
+is bound but not yet admitted on the node."""
