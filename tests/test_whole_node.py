@@ -19,7 +19,7 @@ from extender.scoring.fragmentation import fragmentation_delta, fragmentation_of
 from extender.scoring.framework import evaluate_batch
 from extender.scoring.model import GpuDemand, GpuView, NodeView, Shape
 from extender.state.demand import GPU_PRODUCT, allowed_models
-from extender.state.host import pod_requests
+from extender.state.host import HostLoad, pod_requests
 from extender.wire.protocol import Pod
 
 EXACT = Limits(margin_mib=0, idle_mib=0)
@@ -158,3 +158,13 @@ def test_headroom_fills_nodes_in_step_over_their_resources() -> None:
     for pod, want in ((hungry, "rich"), (light, "poor")):
         raw = {n.name: evaluate(n, pod, policy, ctx).raw for n in (rich, poor)}
         assert max(raw, key=lambda k: raw[k]) == want, raw
+
+
+def test_a_repeated_pod_event_changes_no_node() -> None:
+    """The pod watch sends a pod again on every status update; the node (and every plan
+    cached for it) changes only when its requests do."""
+    load = HostLoad()
+    assert load.put("u", "n", 1000, 512) == {"n"}
+    assert load.put("u", "n", 1000, 512) == set()
+    assert load.put("u", "n", 2000, 512) == {"n"} and load.requested("n") == (2000, 512)
+    assert load.drop("u") == {"n"} and load.requested("n") == (0, 0)

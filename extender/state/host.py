@@ -95,7 +95,11 @@ class HostLoad:
         self._by_node: dict[str, tuple[int, int]] = defaultdict(lambda: (0, 0))
 
     def put(self, uid: str, node: str, cpu_milli: int, memory_mib: int) -> set[str]:
-        """The pod's requests on ``node`` (replacing what it had); the nodes changed."""
+        """The pod's requests on ``node`` (replacing what it had); the nodes changed. The
+        watch repeats a pod on every status update: the same requests change nothing, so
+        the node's cached evaluations stay."""
+        if self._pods.get(uid) == (node, cpu_milli, memory_mib):
+            return set()
         touched = self.drop(uid)
         if node and (cpu_milli or memory_mib):
             self._pods[uid] = (node, cpu_milli, memory_mib)
