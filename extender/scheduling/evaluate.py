@@ -18,8 +18,9 @@ from extender.dra.feasibility import DeviceKey, claim_fits, current_devices, dev
 from extender.dra.state import DraState
 from extender.scheduling.plans import Failure, Outcome
 from extender.scoring import Context, Evaluation, Limits, Policy, evaluate
-from extender.scoring.batch import Ints, unfit
+from extender.scoring.batch import Floats, Ints, unfit
 from extender.scoring.framework import as_arrays, evaluate_rows
+from extender.scoring.policy import HostScorer
 from extender.state.demand import GpuDemand
 from extender.state.inventory import Inventory
 from extender.state.workload import WorkloadMix
@@ -65,6 +66,17 @@ class Evaluator:
             if i not in failures:
                 failures[i] = self.failure(names[i], bool(live[i] >= 0), demand, ctx, now)
         return Outcome(fits, raw, price, received, failures, rows, cols.layout)
+
+    def host_only(self, names: Sequence[str], demand: GpuDemand, now: float) -> Floats | None:
+        """Each named node's raw score for a pod that asks no GPU, when the policy scores
+        such pods (``HostScorer``; None when it does not): nodes without a fresh report
+        score 0 (``extender.scoring.hostonly``)."""
+        if not isinstance(self.policy, HostScorer):
+            return None
+        cols = self.inventory.columns()
+        live = cols.read(cols.rows(names), now, self.stale_after)[0]
+        ctx = self.context()
+        return self.policy.score_host_rows(cols.whole(ctx.limits), live, demand, ctx)
 
     def _one_by_one(
         self,

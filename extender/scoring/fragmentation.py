@@ -42,6 +42,7 @@ from extender.scoring.batch import (
     ask_of,
     chosen_fill_at,
     host_fill_at,
+    host_fits,
     imbalance_at,
     node_fill_at,
 )
@@ -99,7 +100,7 @@ def greedy_scores(
         ok &= ~b.spot[r]
     elif rule == SPOT_ONLY:
         ok &= b.spot[r]
-    ok &= (b.cpu_free[r] >= demand.cpu_milli) & (b.mem_free[r] >= demand.host_memory_mib)
+    ok &= host_fits(b, r, demand)
     st = _state(b, r, lim, ask_of(demand))
     fits = ok & (st.cand.sum(axis=0) >= demand.count)
     raw = np.zeros(len(at))
@@ -128,6 +129,17 @@ def fragmentation_of(b: GpuBatch, lim: Limits, mix: Mix) -> Floats:
     r = np.arange(len(b), dtype=np.int64)
     st = _state(b, r, lim, WHOLE)
     return _value(st.free.sum(axis=0), _terms(st, plain), plain, _room(b, r, plain))
+
+
+def host_delta(b: GpuBatch, rows: Ints, demand: GpuDemand, lim: Limits, mix: Mix) -> Floats:
+    """F after - F before per row of ``rows`` for a pod that takes only CPU and memory (no
+    GPU): the free GPU memory it makes unusable for the mix by leaving too little host
+    room for a shape (FGD scores such pods by the same F as any other)."""
+    plain = _plain(tuple(mix))
+    st = _state(b, rows, lim, WHOLE)
+    total, terms = st.free.sum(axis=0), _terms(st, plain)
+    after = _value(total, terms, plain, _room(b, rows, plain, demand))
+    return after - _value(total, terms, plain, _room(b, rows, plain))
 
 
 def greedy_place(
