@@ -78,7 +78,9 @@ def test_shared_claim_gives_each_pod_a_decision_and_splits_the_grant() -> None:
         assert g.memory_mib == 10240  # consumedCapacity 20Gi, half each
         assert g.sharing is Sharing.DRA
         assert g.claim == "ml/trainer-0-gpu-8kq2p"
-        assert g.dra_device == f"gpu.nvidia.com/{nvidia.H100_NODE}/gpu-1"
+        # the share's own id: each consumer of a shareable device names its share
+        share = "7d3e1f0a-4c5b-4e6f-8a9b-0c1d2e3f4a5b"
+        assert g.dra_device == f"gpu.nvidia.com/{nvidia.H100_NODE}/gpu-1/{share}"
         assert g.mig_profile == ""
         assert abs(priced(g.price_per_hour) - whole / 2) < Decimal("1e-11")
     assert sum(priced(d.grants[0].price_per_hour) for d in decisions) == whole
@@ -99,6 +101,7 @@ def test_whole_device_without_consumed_capacity() -> None:
     (decision,) = _ingest(claim, [nvidia.h100_slice()])
     (g,) = decision.grants
     assert (g.memory_mib, g.gpu_total_mib, g.price_per_hour) == (81559, 81559, P5_GPU_HOUR)
+    assert g.dra_device == f"gpu.nvidia.com/{nvidia.H100_NODE}/gpu-1"  # no share: no share id
 
 
 def test_not_in_use_or_not_allocated_is_nothing() -> None:
