@@ -82,7 +82,7 @@ def test_room_counts_what_others_consumed() -> None:
 
 
 def test_consumed_by_sums_shares_per_device() -> None:
-    results = [
+    results: list[dict[str, Any]] = [
         {"driver": "d", "pool": "p", "device": "gpu-0", "consumedCapacity": {"memory": "10Gi"}},
         {"driver": "d", "pool": "p", "device": "gpu-0", "consumedCapacity": {"d/memory": "4Gi"}},
         {"driver": "d", "pool": "p", "device": "gpu-1"},  # a whole device: no share
@@ -97,10 +97,10 @@ def test_two_shares_fit_one_24gi_gpu_a_third_goes_to_the_next() -> None:
     first = claim_fits(_shared("10Gi"), classes, slices, set())
     assert [(p.device, p.consumed) for p in first.devices] == [("gpu-0", {"memory": 10 * GI})]
     held = {GPU0: {"memory": 10 * GI}}
-    second = claim_fits(_shared("10Gi"), classes, slices, {tuple(GPU0)}, held)
+    second = claim_fits(_shared("10Gi"), classes, slices, {("gpu.nvidia.com", NODE, "gpu-0")}, held)
     assert [p.device for p in second.devices] == ["gpu-0"]  # allocated, yet shareable
     held = {GPU0: {"memory": 20 * GI}}
-    third = claim_fits(_shared("20Gi"), classes, slices, {tuple(GPU0)}, held)
+    third = claim_fits(_shared("20Gi"), classes, slices, {("gpu.nvidia.com", NODE, "gpu-0")}, held)
     assert [p.device for p in third.devices] == ["gpu-1"]
 
 

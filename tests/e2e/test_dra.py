@@ -259,8 +259,10 @@ def test_plain_nvidia_gpu_served_by_dra_is_granted_ledgered_and_billed(
         assert row["gpu_uuid"] == driver.gpu_uuids[int(result["device"].split("-")[1])]
         assert row["memory_mib"] == 24576 and row["labels"] == {"team": "classic"}
         assert Decimal(row["price_per_hour"]) > 0  # a priced grant of the whole GPU
-        # headroom made no grant of its own beside the claim's: the pod has one row
+        # headroom made no grant of its own beside the claim's: one row, and no
+        # device-plugin grant annotation (a device plugin would act on it)
         assert len(headroom.allocations(namespace=namespace)) == 1
+        assert "headroom.dev/gpu-uuids" not in (pod.metadata.annotations or {})
 
         def billed() -> dict[str, Any] | None:
             r = httpx.get(headroom.url + "/v1/chargeback", params={"group_by": "namespace"})
