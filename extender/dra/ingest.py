@@ -92,7 +92,9 @@ def decisions_from_claim(
     node = allocation_node(claim, slices, results)
     price = gpu_price_per_hour(node)
     billable = [_map(r) for r in results if not _map(r).get("adminAccess")]
-    grants = [g for r in billable if (g := _grant(r, devices, slices, ref, price)) is not None]
+    grants = _per_gpu(
+        [g for r in billable if (g := _grant(r, devices, slices, ref, price)) is not None]
+    )
     if not grants:
         return []
     owners = [_pod(_map(r), pods, ref) for r in reserving]
@@ -190,6 +192,26 @@ def _grant(
         claim=claim,
         dra_device=dra_device(key, result.get("shareID")),
     )
+
+
+def _per_gpu(grants: list[GpuGrant]) -> list[GpuGrant]:
+    """One grant per GPU: two requests of one claim may take two shares of one shareable
+    GPU, and the ledger keeps one row per pod and GPU (memory and price add up; the row
+    names both shares)."""
+    out: dict[str, GpuGrant] = {}
+    for g in grants:
+        have = out.get(g.gpu_uuid)
+        if have is None:
+            out[g.gpu_uuid] = g
+            continue
+        prices = (have.price_per_hour, g.price_per_hour)
+        out[g.gpu_uuid] = replace(
+            have,
+            memory_mib=have.memory_mib + g.memory_mib,
+            price_per_hour=None if None in prices else sum(prices, Decimal(0)),
+            dra_device=f"{have.dra_device},{g.dra_device}",
+        )
+    return list(out.values())
 
 
 def dra_device(key: DeviceKey, share_id: Any = None) -> str:

@@ -267,3 +267,18 @@ def test_admin_access_results_are_not_billed() -> None:
     claim["status"]["allocation"]["devices"]["results"][0]["adminAccess"] = True
     kubernetes_validate.validate(claim, "1.37", strict=True)
     assert _ingest(claim, [nvidia.h100_slice()]) == []
+
+
+def test_two_shares_of_one_gpu_in_one_claim_are_one_row() -> None:
+    """Two requests of one claim can take two shares of the same shareable GPU; the ledger
+    keeps one row per pod and GPU, so they become one grant whose memory and price add up."""
+    claim = nvidia.allocated_claim(PODS[:1])
+    (first,) = claim["status"]["allocation"]["devices"]["results"]
+    second = {**first, "request": "gpu-2", "shareID": "8e4f2a1b-5d6c-4f7a-9b0c-1d2e3f4a5b6c"}
+    second["consumedCapacity"] = {"memory": "4Gi"}
+    claim["status"]["allocation"]["devices"]["results"].append(second)
+    (decision,) = _ingest(claim, [nvidia.h100_slice()])
+    (g,) = decision.grants
+    assert g.memory_mib == 20480 + 4096
+    assert priced(g.price_per_hour) == P5_GPU_HOUR * 20480 / 81559 + P5_GPU_HOUR * 4096 / 81559
+    assert g.dra_device.count(",") == 1 and first["shareID"] in g.dra_device
