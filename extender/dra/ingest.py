@@ -204,11 +204,11 @@ def _per_gpu(grants: list[GpuGrant]) -> list[GpuGrant]:
         if have is None:
             out[g.gpu_uuid] = g
             continue
-        prices = (have.price_per_hour, g.price_per_hour)
+        a, b = have.price_per_hour, g.price_per_hour
         out[g.gpu_uuid] = replace(
             have,
             memory_mib=have.memory_mib + g.memory_mib,
-            price_per_hour=None if None in prices else sum(prices, Decimal(0)),
+            price_per_hour=None if a is None or b is None else a + b,  # unknown stays unknown
             dra_device=f"{have.dra_device},{g.dra_device}",
         )
     return list(out.values())
