@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import yaml
+
 DRIVER = "gpu.nvidia.com"
 # as the driver publishes with --consumable-shares=memory: shares of 1Mi steps
 MEMORY_POLICY = {"default": "1Mi", "validRange": {"min": "1Mi", "step": "1Mi"}}
@@ -54,8 +56,6 @@ def nvidia_slice(
 
 def headroom_claim(*args: str) -> list[dict[str, Any]]:
     """``headroom claim ARGS``' YAML documents, as a user would pipe them to kubectl."""
-    import yaml
-
     out = subprocess.run(
         [sys.executable, "-m", "extender.cli", "claim", *args],
         capture_output=True,
