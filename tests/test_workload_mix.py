@@ -65,13 +65,13 @@ def test_shares_follow_the_decay_of_older_arrivals() -> None:
 def test_the_mix_records_what_a_shape_needs_of_the_node() -> None:
     """FGD counts a GPU behind a node's exhausted CPU as fragmented for a shape that needs
     that CPU: each shape of the mix carries its pods' CPU and host memory, rounded to two
-    significant bits."""
+    significant bits. Allowed models are not part of a shape (module docstring)."""
     mix = WorkloadMix(publish_every=1)
     mix.observe(GpuDemand(1, None, cpu_milli=2_000, host_memory_mib=4000))
-    mix.observe(GpuDemand(1, None, cpu_milli=16_000, models=frozenset({"NVIDIA-A10G"})))
+    mix.observe(GpuDemand(2, None, cpu_milli=16_000, models=frozenset({"NVIDIA-A10G"})))
     assert {shape for shape, _ in mix.mix} == {
         Shape(1, None, "", 2_048, 4096),
-        Shape(1, None, "", 16_384, 0, frozenset({"NVIDIA-A10G"})),
+        Shape(2, None, "", 16_384, 0),
     }
 
 
