@@ -3,6 +3,8 @@
 - Node added/changed -> inventory facts (labels, taints, deletion); Node deleted ->
   its allocations end with reason ``node-deleted`` (consolidation, spot interruption).
 - Pod Running -> ``started``; Succeeded/Failed/deleted -> released with that reason.
+- A bound pod's ``headroom.dev/allocated`` -> the device plugin's acknowledgement of
+  its grant (``scheduling/acks.py``); a sweep ends waits past the ack timeout.
 - On every (re-)list: ledger allocations whose pod no longer exists are released, and
   live pods carrying a grant annotation but unknown to the ledger are re-reserved, so a
   restart neither loses nor double-counts a reservation.
@@ -72,6 +74,16 @@ class ClusterSync:
     def start(self) -> None:
         for w in self.watchers:
             w.start()
+        threading.Thread(target=self._expire_acks, name="ack-expiry", daemon=True).start()
+
+    def _expire_acks(self) -> None:
+        """Once a second: grants whose device plugin did not acknowledge them in time
+        stop holding their node (scheduling/acks.py)."""
+        while not self.stop.wait(1.0):
+            try:
+                self.service.expire_acks()
+            except Exception:
+                log.exception("ack expiry failed; retrying")
 
     def wait_synced(self, timeout: float) -> bool:
         return all(w.synced.wait(timeout) for w in self.watchers)
@@ -128,7 +140,8 @@ class ClusterSync:
         elif phase in ENDED:
             self._end(uid, ENDED[phase])
         elif node:
-            cpu, memory = pod_requests(msgspec.convert(obj, Pod))
+            pod = msgspec.convert(obj, Pod)
+            cpu, memory = pod_requests(pod)
             self.service.pod_on_node(uid, node, cpu, memory)
             self.service.readopt(
                 uid,
@@ -137,6 +150,7 @@ class ClusterSync:
                 node,
                 meta.get("annotations") or {},
             )
+            self.service.acknowledgement(pod, node)
             if phase == "Running" and uid not in self._started:
                 self._started.add(uid)
                 self.service.started(uid)
