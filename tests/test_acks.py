@@ -143,9 +143,10 @@ def test_a_wait_past_the_timeout_is_a_discrepancy_and_frees_the_node(tmp_path: P
         filtered(ext, a, ["n1"])
         assert bind(ext, "a", "n1") == ""
         ext.clock.advance(15)
-        assert ext.built.service.expire_acks() == 0
+        assert ext.built.service.expire_acks() == []
         ext.clock.advance(10)
-        assert ext.built.service.expire_acks() == 1
+        (late,) = ext.built.service.expire_acks()
+        assert late.pod == "ml/a" and late.node == "n1"
         ext.report("n1")  # the agent keeps reporting (the node is not stale)
         (found,) = ext.client.get("/v1/discrepancies").json()["items"]
         assert found["kind"] == "unacknowledged" and found["pod_uid"] == "uid-a"

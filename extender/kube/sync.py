@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -29,6 +30,7 @@ from extender.scheduling.service import SchedulingService
 from extender.state.host import pod_requests
 from extender.state.nodefacts import facts_from_node
 from extender.state.podcache import pod_ref
+from extender.wire.annotations import ANN_UNACKNOWLEDGED
 from extender.wire.protocol import Node, Pod
 
 log = logging.getLogger("headroom.kube.sync")
@@ -46,6 +48,7 @@ class ClusterSync:
     def __init__(self, api: client.ApiClient, service: SchedulingService) -> None:
         self.service = service
         self.dyn = DynamicClient(api)
+        self.core = client.CoreV1Api(api)
         self.stop = threading.Event()
         self._pending: dict[str, dict[str, Any]] = {}  # uid -> Pending pod (bind fallback)
         self._started: set[str] = set()
@@ -78,12 +81,27 @@ class ClusterSync:
 
     def _expire_acks(self) -> None:
         """Once a second: grants whose device plugin did not acknowledge them in time
-        stop holding their node (scheduling/acks.py)."""
+        stop holding their node (scheduling/acks.py). Each such pod is annotated: the
+        update is the cluster event on which kube-scheduler retries the pods that were
+        refused the node while it waited (nothing else would tell it the node is free)."""
         while not self.stop.wait(1.0):
             try:
-                self.service.expire_acks()
+                expired = self.service.expire_acks()
             except Exception:
                 log.exception("ack expiry failed; retrying")
+                continue
+            for a in expired:
+                self._mark_unacknowledged(a.pod)
+
+    def _mark_unacknowledged(self, pod: str) -> None:
+        namespace, _, name = pod.partition("/")
+        now = self.service.clock.now()
+        at = datetime.fromtimestamp(now, UTC).isoformat(timespec="seconds")
+        body = {"metadata": {"annotations": {ANN_UNACKNOWLEDGED: at}}}
+        try:
+            self.core.patch_namespaced_pod(name, namespace, body, _request_timeout=5)
+        except Exception as e:  # gone meanwhile, or the API is away: the 5-minute requeue
+            log.warning("cannot annotate unacknowledged pod", extra={"pod": pod, "error": str(e)})
 
     def wait_synced(self, timeout: float) -> bool:
         return all(w.synced.wait(timeout) for w in self.watchers)

@@ -19,7 +19,7 @@ from extender.core.allocation import Allocation, PodRef
 from extender.dra.state import DraState
 from extender.ledger.base import Ledger
 from extender.scheduling import preempt
-from extender.scheduling.acks import ack_seen
+from extender.scheduling.acks import Awaited, ack_seen
 from extender.scheduling.asks import Asks
 from extender.scheduling.bind import Binding
 from extender.scheduling.binder import Binder
@@ -181,9 +181,9 @@ class SchedulingService:
         absence) for the grant on ``node`` (``acks``)."""
         ack_seen(self.binding.acks, pod, node)
 
-    def expire_acks(self) -> int:
+    def expire_acks(self) -> list[Awaited]:
         """Waits for an acknowledgement past the timeout end (each a discrepancy)."""
-        return len(self.binding.acks.expire())
+        return self.binding.acks.expire()
 
     def readopt(self, uid: str, namespace: str, name: str, node: str, ann: dict[str, str]) -> None:
         """A bound pod whose GPUs the inventory does not hold: reserved again."""

@@ -1,0 +1,244 @@
+"""The whole chain under load: a burst of GPU pods through the real kube-scheduler,
+``headroom serve`` (filter, bind, ledger), kubelet's own device manager (the Go harness,
+one per node) and ``headroom device-plugin`` on four nodes.
+
+What a user relies on: every container is started with exactly the GPUs and memory limit
+the ledger granted (kubelet's own device ids name the same GPUs), no slot is handed out
+twice, no GPU is granted more memory than it has, and no admission is refused, because
+the extender binds no second GPU pod to a node while the plugin has not acknowledged
+the first (tests/test_acks.py is the rule alone). Then on one node: a pod deleted between
+its bind and its admission ends the wait and leaves nothing held, and a plugin restart
+followed by a kubelet restart gives every running container the same answer again.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from kubernetes import client as k8s
+from kubernetes import dynamic
+
+from extender.state.nodefacts import DEVICE_PLUGIN
+from tests.test_manifests import BUILD_KUSTOMIZE, built, go_tool
+
+from .headroom_proc import Headroom
+from .kubelet_proc import Kubelet, Plugin, wait_for
+from .test_device_plugin import given, harness  # noqa: F401 (harness: the build fixture)
+from .test_scheduling import pod_body, uid_of, wait_bound
+
+pytestmark = pytest.mark.e2e
+
+SPEC = "4xA10G:24Gi"
+SLOTS = 6  # > the most 4 GiB pods one 24 GiB GPU holds (5): memory, not slots, limits
+NODES = 4
+# 60 pods, 288 GiB of the four nodes' 376 GiB usable (24 GiB less the 512 MiB margin)
+SIZES = [("4Gi", 1)] * 30 + [("6Gi", 1)] * 18 + [("8Gi", 1)] * 6 + [("4Gi", 2)] * 6
+TIMEOUT_S = 240
+
+
+def node_pod(name: str, memory: str, node: str) -> dict[str, Any]:
+    body = pod_body(name, memory)
+    body["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+    return body
+
+
+def events(url: str, kind: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        params: dict[str, Any] = {"limit": 1000, **({"cursor": cursor} if cursor else {})}
+        page = httpx.get(url + "/v1/events", params=params, timeout=10).json()
+        out += [e for e in page["items"] if e["kind"] == kind]
+        cursor = page["next_cursor"]
+        if not cursor:
+            return out
+
+
+def check_exact(headroom: Headroom, admission: dict[str, Any], uid: str) -> list[str]:
+    """The container got exactly the ledger's grant; returns its slot ids."""
+    got = given(admission)
+    rows = headroom.allocations(pod=uid)
+    gpus = [g for g in got["envs"]["NVIDIA_VISIBLE_DEVICES"].split(",") if g]
+    assert sorted(gpus) == sorted(r["gpu_uuid"] for r in rows), (admission["pod"], rows)
+    (mib,) = {r["memory_mib"] for r in rows}  # one slice size on every granted GPU
+    assert got["envs"] == {
+        "NVIDIA_VISIBLE_DEVICES": ",".join(gpus),
+        **{f"CUDA_DEVICE_MEMORY_LIMIT_{i}": f"{mib}m" for i in range(len(gpus))},
+    }
+    assert got["cdi"] == [f"nvidia.com/gpu={g}" for g in gpus]
+    assert sorted(i.split("::")[0] for i in got["ids"]) == sorted(gpus)  # kubelet's own view
+    return list(got["ids"])
+
+
+def wait_message(core: Any, ns: str, name: str, text: str, timeout: float = 60) -> str:
+    last = ""
+
+    def has() -> bool:
+        nonlocal last
+        pod = core.read_namespaced_pod(name, ns)
+        for c in pod.status.conditions or []:
+            if c.type == "PodScheduled" and c.status == "False" and c.message:
+                last = str(c.message)
+        return text in last
+
+    wait_for(has, f"{ns}/{name} unschedulable with {text!r} (last: {last!r})", timeout)
+    return last
+
+
+def test_a_burst_of_sixty_pods_gets_exactly_the_ledgers_gpus(
+    harness: Path,  # noqa: F811
+    e2e_cluster: Any,
+    k8s_client: k8s.ApiClient,
+    kube_scheduler: Any,
+    make_node: Any,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    core: Any = k8s.CoreV1Api(k8s_client)
+    headroom = Headroom(tmp_path, e2e_cluster.kubeconfig)
+    dirs = [Path(tempfile.mkdtemp(prefix="kdm", dir="/tmp")) for _ in range(NODES)]
+    nodes = [
+        make_node(
+            f"burst-{i}",
+            gpus=4 * SLOTS,  # kubelet's allocatable: GPUs x slots, as the plugin advertises
+            capacity_type="on-demand",
+            extra_labels={DEVICE_PLUGIN: "true"},
+        )
+        for i in range(NODES)
+    ]
+    kubelets = {
+        n: Kubelet(harness, d / "device-plugins", e2e_cluster.kubeconfig, n, tmp_path)
+        for n, d in zip(nodes, dirs, strict=True)
+    }
+    plugins = {
+        n: Plugin(d, e2e_cluster.kubeconfig, n, SPEC, tmp_path, slots=SLOTS)
+        for n, d in zip(nodes, dirs, strict=True)
+    }
+    headroom.start()
+    try:
+        for n in nodes:
+            headroom.agent(n, SPEC)  # same seed and node as the plugin: same UUIDs
+            kubelets[n].start()
+            plugins[n].start()
+        for n in nodes:
+            plugins[n].wait_registered()
+        kube_scheduler(headroom.url)
+        names = [f"p{i:02d}" for i in range(len(SIZES))]
+        for name, (memory, gpus) in zip(names, SIZES, strict=True):
+            body = pod_body(name, memory, gpus=gpus)
+            core.create_namespaced_pod(namespace, body)
+
+        admitted: dict[str, dict[str, Any]] = {}
+
+        def all_admitted() -> bool:
+            admitted.clear()
+            for n in nodes:
+                for a in kubelets[n].admissions():
+                    admitted.setdefault(a["pod"], {**a, "node": n})
+            return len(admitted) == len(names)
+
+        wait_for(all_admitted, f"{len(names)} admissions", TIMEOUT_S)
+        refused = [a for a in admitted.values() if not a["admitted"]]
+        assert not refused, refused  # the ack rule: kubelet never had to guess
+        slots: dict[str, list[str]] = defaultdict(list)
+        uids: dict[str, str] = {}
+        for name in names:
+            pod = core.read_namespaced_pod(name, namespace)
+            uids[name] = uid_of(pod)
+            a = admitted[f"{namespace}/{name}"]
+            assert a["node"] == pod.spec.node_name
+            slots[a["node"]] += check_exact(headroom, a, uids[name])
+        for n, ids in slots.items():
+            assert len(ids) == len(set(ids)), f"a slot of {n} handed out twice"
+        # no GPU over-granted: the ledger's active grants per GPU within its memory
+        per_gpu: Counter[str] = Counter()
+        for r in headroom.allocations(active="true"):
+            per_gpu[r["gpu_uuid"]] += r["memory_mib"]
+        assert per_gpu and max(per_gpu.values()) <= 24576, per_gpu
+        # the plugin's acknowledgement of each grant is in the ledger's event trail
+        acks = events(headroom.url, "acknowledged")
+        assert sorted(e["pod_uid"] for e in acks) == sorted(uids.values())
+        for e in acks:
+            body = json.loads(e["payload"])
+            name = body["pod"].split("/")[1]
+            assert (
+                sorted(body["slots"])
+                == admitted[body["pod"]]["containers"][0]["devices"]["nvidia.com/gpu"]
+            ), name
+
+        # --- one node: deletion between bind and admission, plugin + kubelet restart
+        node = nodes[0]
+        mine = sorted(n for n in names if admitted[f"{namespace}/{n}"]["node"] == node)
+        keep, drop = mine[:2], mine[2:]
+        for name in drop:  # room for the pods below
+            core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+        wait_for(
+            lambda: not any(headroom.allocations(pod=uids[n], active="true") for n in drop),
+            "the deleted pods' grants ended",
+        )
+        before = {n: given(admitted[f"{namespace}/{n}"]) for n in keep}
+        seen = len(kubelets[node].admissions())
+        kubelets[node].stop()
+        plugins[node].stop()
+        core.create_namespaced_pod(namespace, node_pod("gone", "8Gi", node))
+        gone_uid = uid_of(wait_bound(core, namespace, "gone"))
+        core.create_namespaced_pod(namespace, node_pod("next", "8Gi", node))
+        msg = wait_message(core, namespace, "next", f"acknowledge pod {namespace}/gone")
+        assert "waiting" in msg
+        core.delete_namespaced_pod("gone", namespace, grace_period_seconds=0)
+        next_uid = uid_of(wait_bound(core, namespace, "next"))
+        (gone_row,) = headroom.allocations(pod=gone_uid)
+        assert gone_row["ended_at"] is not None, gone_row  # nothing of it is held
+        plugins[node].start()  # the plugin restarts, then kubelet does
+        kubelets[node].start()
+        plugins[node].wait_registered()
+        for name in keep:  # running containers are re-Allocated the same answer
+            again = given(kubelets[node].admission(f"{namespace}/{name}", after=seen))
+            assert again == before[name], name
+        check_exact(headroom, kubelets[node].admission(f"{namespace}/next", after=seen), next_uid)
+        assert not [a for a in kubelets[node].admissions()[seen:] if a["pod"].endswith("/gone")]
+        wait_for(
+            lambda: next_uid in {e["pod_uid"] for e in events(headroom.url, "acknowledged")},
+            "the ack of the pod admitted after the restarts",
+        )
+    finally:
+        for n in nodes:
+            plugins[n].stop()
+            kubelets[n].stop()
+        headroom.stop()
+        for d in dirs:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def test_the_real_api_server_accepts_the_device_plugin_manifests(
+    k8s_client: k8s.ApiClient,
+) -> None:
+    """Server-side dry run (admission and the API's own validation, nothing stored) of
+    what manifests/device-plugin deploys."""
+    kustomize = go_tool(BUILD_KUSTOMIZE)
+    dyn = dynamic.DynamicClient(k8s_client)
+    core: Any = k8s.CoreV1Api(k8s_client)
+    try:
+        core.create_namespace({"metadata": {"name": "headroom-system"}})
+    except k8s.ApiException as exc:
+        if exc.status != 409:
+            raise
+    docs = built(kustomize, "device-plugin")
+    assert {d["kind"] for d in docs} == {
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "DaemonSet",
+    }
+    for doc in docs:
+        api = dyn.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+        ns = doc["metadata"].get("namespace")
+        made = api.create(body=doc, namespace=ns, dry_run="All", field_validation="Strict")
+        assert made.metadata.name == doc["metadata"]["name"]
