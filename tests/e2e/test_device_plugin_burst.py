@@ -26,6 +26,7 @@ from kubernetes import client as k8s
 from kubernetes import dynamic
 
 from extender.state.nodefacts import DEVICE_PLUGIN
+from extender.wire.annotations import ANN_UNACKNOWLEDGED
 from tests.test_manifests import BUILD_KUSTOMIZE, built, go_tool
 
 from .headroom_proc import Headroom
@@ -242,3 +243,41 @@ def test_the_real_api_server_accepts_the_device_plugin_manifests(
         ns = doc["metadata"].get("namespace")
         made = api.create(body=doc, namespace=ns, dry_run="All", field_validation="Strict")
         assert made.metadata.name == doc["metadata"]["name"]
+
+
+def test_a_grant_never_acknowledged_frees_its_node_after_the_timeout(
+    e2e_cluster: Any,
+    k8s_client: k8s.ApiClient,
+    kube_scheduler: Any,
+    make_node: Any,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    """No plugin answers on this node (down, or kubelet not admitting): after
+    --ack-timeout the grant is an `unacknowledged` discrepancy, the pod is annotated
+    (the event that makes kube-scheduler retry the pods refused meanwhile) and the next
+    pod is bound, without waiting for the scheduler's 5-minute requeue."""
+    core: Any = k8s.CoreV1Api(k8s_client)
+    node = make_node(
+        "ack-timeout", gpus=8, capacity_type="on-demand", extra_labels={DEVICE_PLUGIN: "true"}
+    )
+    headroom = Headroom(tmp_path, e2e_cluster.kubeconfig)
+    headroom.extra += ["--ack-timeout", "5"]
+    headroom.start()
+    try:
+        headroom.agent(node, "2xA10G:24Gi")
+        kube_scheduler(headroom.url)
+        core.create_namespaced_pod(namespace, node_pod("first", "4Gi", node))
+        first = uid_of(wait_bound(core, namespace, "first"))
+        core.create_namespaced_pod(namespace, node_pod("second", "4Gi", node))
+        wait_message(core, namespace, "second", f"acknowledge pod {namespace}/first")
+        wait_bound(core, namespace, "second", timeout=60)
+        ann = core.read_namespaced_pod("first", namespace).metadata.annotations
+        assert ANN_UNACKNOWLEDGED in ann
+        found = httpx.get(headroom.url + "/v1/discrepancies", timeout=10).json()["items"]
+        (late,) = [d for d in found if d["pod_uid"] == first]
+        assert late["kind"] == "unacknowledged" and late["node"] == node
+        (row,) = headroom.allocations(pod=first)
+        assert row["ended_at"] is None  # still held: the pod may yet start
+    finally:
+        headroom.stop()
