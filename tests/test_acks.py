@@ -44,7 +44,9 @@ def filtered(ext: Extender, pod: dict[str, Any], nodes: list[str]) -> dict[str, 
     return dict(ext.post("filter", ext.schedule_args(pod, nodes)).json())
 
 
-def acknowledge(ext: Extender, pod: dict[str, Any], node: str, slots: list[str]) -> None:
+def acknowledge(
+    ext: Extender, pod: dict[str, Any], node: str, slots: list[str], phase: str = "Pending"
+) -> None:
     """What the watch hands the service when the plugin annotated the bound pod."""
     (row, *_) = ext.built.service.ledger.for_pod(pod["metadata"]["uid"])
     seen = dict(pod)
@@ -53,6 +55,7 @@ def acknowledge(ext: Extender, pod: dict[str, Any], node: str, slots: list[str])
     if slots:
         ann[ANN_ALLOCATED] = ",".join(slots)
     seen["metadata"] = {**pod["metadata"], "annotations": ann}
+    seen["status"] = {"phase": phase}
     ext.built.service.acknowledgement(msgspec.convert(seen, Pod), node)
 
 
@@ -193,3 +196,25 @@ def test_after_a_restart_the_watch_finds_the_pending_grant_again(tmp_path: Path)
         acknowledge(ext, a, "n1", [f"{row.grant.gpu_uuid}::1"])
         assert filtered(ext, gpu_pod("b", memory="4Gi"), ["n1"])["NodeNames"] == ["n1"]
         assert len(events(ext, "acknowledged")) == 1
+
+
+def test_pods_running_before_the_node_was_labelled_are_not_waited_for(tmp_path: Path) -> None:
+    """Rolling the plugin onto a node whose GPU pods the stock plugin admitted: they run
+    without ``headroom.dev/allocated`` and hold nothing back (docs/deploy.md)."""
+    with running_extender(tmp_path) as ext:
+        watch_cluster(ext)
+        plugin_node(ext, "n1", label=False)
+        old = gpu_pod("old", memory="4Gi")
+        filtered(ext, old, ["n1"])
+        assert bind(ext, "old", "n1") == ""
+        plugin_node(ext, "n1")  # now labelled; the relist shows the pod running
+        acknowledge(ext, old, "n1", [], phase="Running")
+        filtered(ext, gpu_pod("new", memory="4Gi"), ["n1"])
+        assert bind(ext, "new", "n1") == ""
+        # a pod bound here but not admitted yet, then seen running without an ack (the
+        # stock plugin admitted it during the switch): the wait ends, no ack recorded
+        new = gpu_pod("new", memory="4Gi")
+        acknowledge(ext, new, "n1", [], phase="Running")
+        filtered(ext, gpu_pod("third", memory="4Gi"), ["n1"])
+        assert bind(ext, "third", "n1") == ""
+        assert events(ext, "acknowledged") == []

@@ -102,18 +102,31 @@ class Acks:
             self._remove(uid)
 
     def seen(
-        self, uid: str, pod: str, node: str, gpus: Sequence[str], allocated: Sequence[str], n: int
+        self,
+        uid: str,
+        pod: str,
+        node: str,
+        gpus: Sequence[str],
+        allocated: Sequence[str],
+        n: int,
+        running: bool = False,
     ) -> None:
         """The pod watch saw a bound pod with a grant of ``gpus`` for ``n`` devices, of
         which the plugin acknowledged ``allocated``. A complete acknowledgement ends the
         wait (recorded once); an incomplete one on a free node is taken up as a wait
-        (after a restart the watch is how pending grants are found again)."""
+        (after a restart the watch is how pending grants are found again). A pod
+        ``running`` without the acknowledgement was admitted by another plugin (started
+        before the node was labelled, docs/deploy.md): nothing to wait for."""
         if not gpus or n <= 0 or not self.applies(node):
             return
         done = len(set(allocated)) >= n
         now = self.clock.now()
         with self._lock:
             current = self._by_uid.get(uid) or self._expired.get(uid)
+            if not done and running:
+                self._expired.pop(uid, None)
+                self._remove(uid)
+                return
             if not done:
                 if current is None and node not in self._by_node:
                     self._put(Awaited(uid, pod, node, now, tuple(gpus)))
@@ -194,4 +207,5 @@ def ack_seen(acks: Acks, pod: Pod, node: str) -> None:
     n = 0 if demand.mig_profile else demand.count
     allocated = [a for a in ann.get(ANN_ALLOCATED, "").split(",") if a]
     key = f"{pod.metadata.namespace}/{pod.metadata.name}"
-    acks.seen(pod.metadata.uid, key, node, gpus, allocated, n)
+    running = pod.status.phase == "Running"
+    acks.seen(pod.metadata.uid, key, node, gpus, allocated, n, running)
