@@ -135,3 +135,23 @@ def test_nodeoverlays_advertise_gpus_times_the_daemonsets_slots(kustomize: str) 
         assert o["spec"]["capacity"] == {GPU_RESOURCE: str(int(gpus) * slots)}
         counts.append(int(gpus))
     assert len(set(counts)) == len(counts), "one overlay per GPU count"
+
+
+def test_the_admission_policy_names_the_plugins_own_service_account(helm: str) -> None:  # noqa: F811
+    """The policy matches the ServiceAccount the DaemonSet runs as, in any release and
+    namespace (what it checks is proved on the real API server in the e2e)."""
+    docs = render(helm, "--set", "devicePlugin.enabled=true", release="gpu", namespace="platform")
+    spec, _ = plugin_daemonset_named(docs, "gpu-headroom-device-plugin")
+    vap = find(docs, "ValidatingAdmissionPolicy")
+    (cond,) = vap["spec"]["matchConditions"]
+    assert f"'system:serviceaccount:platform:{spec['serviceAccountName']}'" in cond["expression"]
+    binding = find(docs, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"]["policyName"] == vap["metadata"]["name"]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    assert vap["spec"]["failurePolicy"] == "Fail"
+
+
+def plugin_daemonset_named(docs: list[dict[str, Any]], name: str) -> tuple[dict[str, Any], Any]:
+    ds = find(docs, "DaemonSet", name)
+    spec = ds["spec"]["template"]["spec"]
+    return spec, container(spec, "device-plugin")

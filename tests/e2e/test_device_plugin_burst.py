@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 from kubernetes import client as k8s
 from kubernetes import dynamic
 
@@ -37,10 +38,13 @@ from .test_scheduling import pod_body, uid_of, wait_bound
 pytestmark = pytest.mark.e2e
 
 SPEC = "4xA10G:24Gi"
-SLOTS = 6  # > the most 4 GiB pods one 24 GiB GPU holds (5): memory, not slots, limits
+SLOTS = 8  # > the most 3 GiB pods one 24 GiB GPU holds (7): memory, not slots, limits
 NODES = 4
-# 60 pods, 288 GiB of the four nodes' 376 GiB usable (24 GiB less the 512 MiB margin)
-SIZES = [("4Gi", 1)] * 30 + [("6Gi", 1)] * 18 + [("8Gi", 1)] * 6 + [("4Gi", 2)] * 6
+# 60 pods, 258 GiB of the four nodes' 376 GiB usable (24 GiB less the 512 MiB margin);
+# the two-GPU pods first, while whole pairs of GPUs still have room
+SIZES = (
+    [("3Gi", 2)] * 6 + [("3Gi", 1)] * 30 + [("4Gi", 1)] * 12 + [("6Gi", 1)] * 6 + [("8Gi", 1)] * 6
+)
 TIMEOUT_S = 240
 
 
@@ -103,7 +107,7 @@ def test_a_burst_of_sixty_pods_gets_exactly_the_ledgers_gpus(
     tmp_path: Path,
 ) -> None:
     core: Any = k8s.CoreV1Api(k8s_client)
-    headroom = Headroom(tmp_path, e2e_cluster.kubeconfig)
+    headroom = Headroom(tmp_path, e2e_cluster.kubeconfig, policy="headroom")
     dirs = [Path(tempfile.mkdtemp(prefix="kdm", dir="/tmp")) for _ in range(NODES)]
     nodes = [
         make_node(
@@ -236,6 +240,8 @@ def test_the_real_api_server_accepts_the_device_plugin_manifests(
         "ServiceAccount",
         "ClusterRole",
         "ClusterRoleBinding",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
         "DaemonSet",
     }
     for doc in docs:
@@ -281,3 +287,107 @@ def test_a_grant_never_acknowledged_frees_its_node_after_the_timeout(
         assert row["ended_at"] is None  # still held: the pod may yet start
     finally:
         headroom.stop()
+
+
+def test_the_plugin_may_patch_only_its_own_nodes_pods_and_only_its_annotation(
+    e2e_cluster: Any,
+    k8s_client: k8s.ApiClient,
+    make_node: Any,
+    namespace: str,
+) -> None:
+    """manifests/device-plugin's RBAC and ValidatingAdmissionPolicy, applied to the real
+    API server; the plugin's ServiceAccount is impersonated with the node its token would
+    carry (``authentication.kubernetes.io/node-name``)."""
+    kustomize = go_tool(BUILD_KUSTOMIZE)
+    dyn = dynamic.DynamicClient(k8s_client)
+    core: Any = k8s.CoreV1Api(k8s_client)
+    try:
+        core.create_namespace({"metadata": {"name": "headroom-system"}})
+    except k8s.ApiException as exc:
+        if exc.status != 409:
+            raise
+    docs = [d for d in built(kustomize, "device-plugin") if d["kind"] != "DaemonSet"]
+    made = []
+    for doc in docs:
+        api = dyn.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+        ns = doc["metadata"].get("namespace")
+        try:
+            api.create(body=doc, namespace=ns)
+            made.append((api, doc["metadata"]["name"], ns))
+        except k8s.ApiException as exc:
+            if exc.status != 409:
+                raise
+    a, b = make_node("vap-a"), make_node("vap-b")
+    for name, node in (("on-a", a), ("on-b", b)):
+        core.create_namespaced_pod(
+            namespace,
+            {
+                "metadata": {"name": name, "annotations": {"headroom.dev/gpu-uuids": "GPU-1"}},
+                "spec": {
+                    "nodeName": node,
+                    "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+                },
+            },
+        )
+    cfg = yaml_config(e2e_cluster.kubeconfig)
+
+    def as_plugin(node: str | None, pod: str, patch: dict[str, Any]) -> httpx.Response:
+        headers = {
+            "Authorization": f"Bearer {cfg['token']}",
+            "Content-Type": "application/strategic-merge-patch+json",
+            "Impersonate-User": "system:serviceaccount:headroom-system:headroom-device-plugin",
+            "Impersonate-Group": "system:serviceaccounts",
+        }
+        if node is not None:
+            headers["Impersonate-Extra-authentication.kubernetes.io%2fnode-name"] = node
+        url = f"{cfg['server']}/api/v1/namespaces/{namespace}/pods/{pod}"
+        return httpx.patch(url, json=patch, headers=headers, verify=cfg["ca"], timeout=10)
+
+    ack = {"metadata": {"annotations": {"headroom.dev/allocated": "GPU-1::0"}}}
+    try:
+        # the policy takes effect within a second or two of its creation
+        wait_for(
+            lambda: as_plugin(a, "on-b", ack).status_code == 403,
+            "the policy refusing another node's pod",
+        )
+        refused = as_plugin(a, "on-b", ack)
+        assert f"device plugin on node {a} may acknowledge only pods" in refused.text
+        nonode = as_plugin(None, "on-a", ack)  # a token without a node
+        assert nonode.status_code == 403, nonode.text
+        ok = as_plugin(a, "on-a", ack)
+        assert ok.status_code == 200, ok.text
+        ann = core.read_namespaced_pod("on-a", namespace).metadata.annotations
+        assert ann["headroom.dev/allocated"] == "GPU-1::0"
+        for patch in (
+            {"metadata": {"annotations": {"headroom.dev/gpu-uuids": "GPU-2"}}},
+            {"metadata": {"annotations": {"headroom.dev/gpu-uuids": None}}},
+            {"metadata": {"labels": {"x": "y"}}},
+            {"spec": {"activeDeadlineSeconds": 5}},
+        ):
+            r = as_plugin(a, "on-a", patch)
+            assert r.status_code == 403 and "only the annotation" in r.text, (patch, r.text)
+        # what RBAC alone grants: nothing but pods (list, patch)
+        nodes = httpx.get(
+            f"{cfg['server']}/api/v1/nodes",
+            headers={
+                "Authorization": f"Bearer {cfg['token']}",
+                "Impersonate-User": "system:serviceaccount:headroom-system:headroom-device-plugin",
+            },
+            verify=cfg["ca"],
+            timeout=10,
+        )
+        assert nodes.status_code == 403
+    finally:
+        for api, name, ns in made:
+            api.delete(name=name, namespace=ns)
+
+
+def yaml_config(kubeconfig: Path) -> dict[str, str]:
+    """The e2e kubeconfig's server, CA file and admin token."""
+    doc = yaml.safe_load(Path(kubeconfig).read_text())
+    cluster, user = doc["clusters"][0]["cluster"], doc["users"][0]["user"]
+    return {
+        "server": cluster["server"],
+        "ca": cluster["certificate-authority"],
+        "token": user["token"],
+    }
