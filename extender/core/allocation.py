@@ -41,6 +41,8 @@ class EventKind(StrEnum):
     UNACCOUNTED = "unaccounted"  # GPU memory used by no known pod
     NODE_PERIOD = "node-period"  # a node's price period opened (what its GPUs cost)
     NODE_PERIOD_CLOSED = "node-period-closed"  # ... and closed
+    ACKNOWLEDGED = "acknowledged"  # the node's device plugin admitted the pod's grant
+    UNACKNOWLEDGED = "unacknowledged"  # ... did not, within the extender's ack timeout
 
 
 @dataclass(frozen=True)

@@ -87,6 +87,20 @@ class Ledger(Protocol):
         """Record an overrun / leak / unaccounted finding (deduplicated while it persists)."""
         ...
 
+    def record_ack(
+        self,
+        pod_uid: str,
+        pod: str,
+        node: str,
+        slots: Sequence[str],
+        gpu_uuids: Sequence[str],
+        waited_s: float,
+        at: float,
+    ) -> None:
+        """An ``acknowledged`` event: the node's device plugin gave the pod ``slots``
+        on ``gpu_uuids``, seen ``waited_s`` after the bind (no row changes)."""
+        ...
+
     def record_node(
         self,
         node: NodeRef,

@@ -33,7 +33,7 @@ from extender.core.allocation import (
     Observation,
     Status,
 )
-from extender.ledger import allocations, capacity, discrepancies, nodes, trail
+from extender.ledger import acks, allocations, capacity, discrepancies, nodes, trail
 from extender.ledger.chain import GENESIS, verify
 from extender.ledger.dialect import Cursor, Dialect, Hooks, NullHooks, UniqueConflict
 from extender.ledger.discrepancies import DISCREPANCY_GAP_S
@@ -259,6 +259,23 @@ class SqlLedger:
                 "pod_uid": pod_uid,
                 "amount_mib": amount_mib,
             },
+        )
+
+    def record_ack(
+        self,
+        pod_uid: str,
+        pod: str,
+        node: str,
+        slots: Sequence[str],
+        gpu_uuids: Sequence[str],
+        waited_s: float,
+        at: float,
+    ) -> None:
+        with self._write("record_ack") as tx:
+            acks.record_ack(tx, pod_uid, pod, node, slots, gpu_uuids, waited_s, at)
+        log.info(
+            "grant acknowledged by the device plugin",
+            extra={"event": "ledger.acknowledged", "pod_uid": pod_uid, "node": node},
         )
 
     # ---- nodes ----------------------------------------------------------------------
