@@ -71,6 +71,7 @@ class RunResult:
     timeline: list[float] = field(default_factory=list)  # bind offsets from the first (s)
     cpu_s: dict[str, float] = field(default_factory=dict)  # per process, first..last bind
     load: list[float] = field(default_factory=list)  # 1-min load average at start, at end
+    idle_ms_per_s: dict[str, float] = field(default_factory=dict)  # per process, backlog done
     note: str = ""
 
 
@@ -157,6 +158,7 @@ def _wait(
             last_say, last_count = now, len(times)
     if watch.relists:
         result.note += f" the watch was closed and re-listed {watch.relists} times."
+    result.idle_ms_per_s = _idle(procs, args.idle)
     times = sorted(watch.bound.values())
     result.bound = len(times)
     if len(times) >= 2:
@@ -169,6 +171,20 @@ def _wait(
         result.cpu_s = {k: round(after[k] - before[-1][k], 3) for k in after}
     say(f"[{name}] {result.bound} bound in {result.seconds:.1f} s: {result.rate:.1f} pods/s")
     return result
+
+
+def _idle(procs: dict[str, int], seconds: float) -> dict[str, float]:
+    """CPU each process spends per second with nothing to schedule (the backlog bound, the
+    scheduler still running; after 1 s for the last binds to settle): leases, watches'
+    bookmarks, resyncs, garbage collection. A run that takes longer pays it for longer,
+    so it is part of a slower run's CPU per pod without being work per pod."""
+    if seconds <= 0:
+        return {}
+    time.sleep(1)
+    t0, before = time.monotonic(), _cpu(procs)
+    time.sleep(seconds)
+    after, dt = _cpu(procs), time.monotonic() - t0
+    return {k: round((after[k] - before[k]) * 1e3 / dt, 2) for k in after}
 
 
 def breakdown(
@@ -217,12 +233,20 @@ def print_report(results: list[RunResult], spans: dict[str, Any], args: argparse
     for r in results:
         if r.note:
             say(f"\n{r.name}: {r.note.strip()}")
-    say("\nCPU per bound pod (ms), first bind to last bind:\n")
+    say(
+        "\nCPU per bound pod (ms), first bind to last bind; idle: CPU per second (ms/s) once"
+        " the backlog is bound, and what it makes of a pod's CPU at the run's rate:\n"
+    )
     procs = sorted({k for r in results for k in r.cpu_s})
-    say("| process | " + " | ".join(r.name for r in results) + " |")
+    heads = [f"{r.name}: per pod · idle ms/s · idle per pod" for r in results]
+    say("| process | " + " | ".join(heads) + " |")
     say("|---|" + "---|" * len(results))
     for p in procs:
-        cells = [f"{r.cpu_s.get(p, 0) * 1e3 / max(r.bound, 1):.2f}" for r in results]
+        cells = []
+        for r in results:
+            idle = r.idle_ms_per_s.get(p, 0.0)
+            per_pod = r.cpu_s.get(p, 0) * 1e3 / max(r.bound, 1)
+            cells.append(f"{per_pod:.2f} · {idle:.1f} · {idle / r.rate if r.rate else 0:.2f}")
         say(f"| {p} | " + " | ".join(cells) + " |")
     with_run = next((r for r in results if r.name == "with"), None)
     if spans.get("spans") and with_run is not None:
@@ -251,6 +275,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--burst", type=int, default=4000, help="kube-scheduler clientConnection.burst")
     p.add_argument("--runs", choices=["both", "without", "with"], default="both")
     p.add_argument("--stall", type=float, default=30, help="end a run after this long with no bind")
+    p.add_argument(
+        "--idle", type=float, default=5, help="seconds of idle CPU measured after each run"
+    )
     p.add_argument("--no-spans", action="store_true", help="plain `extender.cli serve`, untimed")
     p.add_argument(
         "--pin-plane",
