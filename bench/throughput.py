@@ -43,12 +43,16 @@ from bench.throughput_cluster import (
     create_pods,
     delete_pods,
     make_namespace,
+    parse_cpus,
+    pin,
     shape_mix,
     start_scheduler,
     trace_pods,
 )
 from bench.throughput_extender import Extender
+from bench.throughput_pprof import Profiles
 from tests.e2e.cluster import ControlPlane, Proc, build_binaries
+from tests.ledger.pg import PgServer, binaries_missing
 
 
 def say(message: str) -> None:
@@ -66,6 +70,8 @@ class RunResult:
     rate: float = 0.0
     timeline: list[float] = field(default_factory=list)  # bind offsets from the first (s)
     cpu_s: dict[str, float] = field(default_factory=dict)  # per process, first..last bind
+    load: list[float] = field(default_factory=list)  # 1-min load average at start, at end
+    idle_ms_per_s: dict[str, float] = field(default_factory=dict)  # per process, backlog done
     note: str = ""
 
 
@@ -83,6 +89,7 @@ def timed_run(
     pods: list[TracePod],
     extender: Extender | None,
     args: argparse.Namespace,
+    profiles: Profiles | None = None,
 ) -> tuple[RunResult, dict[str, Any]]:
     """Create the backlog, start a scheduler, time the binds, stop, clean up; with the
     extender's spans, read before the pods are deleted (their releases are not the run)."""
@@ -97,12 +104,19 @@ def timed_run(
     url = extender.url if extender is not None else None
     say(f"[{name}] starting kube-scheduler (extender: {url or 'none'})")
     started = time.monotonic()
-    sched = start_scheduler(plane, f"kube-scheduler-{name}", url, args.qps, args.burst)
+    cpus = parse_cpus(args.pin_plane) if args.pin_plane else None
+    load = os.getloadavg()[0]
+    sched = start_scheduler(plane, f"kube-scheduler-{name}", url, args.qps, args.burst, cpus)
+    if profiles is not None:
+        profiles.start(name, sched)
     try:
         result = _wait(name, watch, plane, sched, extender, len(pods), started, args)
     finally:
+        if profiles is not None:
+            profiles.wait()  # the scheduler must outlive its profile
         sched.stop()
         watch.stop()
+    result.load = [round(load, 2), round(os.getloadavg()[0], 2)]
     spans = extender.read_spans() if extender is not None else {}
     say(f"[{name}] deleting the pods")
     delete_pods(api, ns)
@@ -144,6 +158,7 @@ def _wait(
             last_say, last_count = now, len(times)
     if watch.relists:
         result.note += f" the watch was closed and re-listed {watch.relists} times."
+    result.idle_ms_per_s = _idle(procs, args.idle)
     times = sorted(watch.bound.values())
     result.bound = len(times)
     if len(times) >= 2:
@@ -156,6 +171,20 @@ def _wait(
         result.cpu_s = {k: round(after[k] - before[-1][k], 3) for k in after}
     say(f"[{name}] {result.bound} bound in {result.seconds:.1f} s: {result.rate:.1f} pods/s")
     return result
+
+
+def _idle(procs: dict[str, int], seconds: float) -> dict[str, float]:
+    """CPU each process spends per second with nothing to schedule (the backlog bound, the
+    scheduler still running; after 1 s for the last binds to settle): leases, watches'
+    bookmarks, resyncs, garbage collection. A run that takes longer pays it for longer,
+    so it is part of a slower run's CPU per pod without being work per pod."""
+    if seconds <= 0:
+        return {}
+    time.sleep(1)
+    t0, before = time.monotonic(), _cpu(procs)
+    time.sleep(seconds)
+    after, dt = _cpu(procs), time.monotonic() - t0
+    return {k: round((after[k] - before[k]) * 1e3 / dt, 2) for k in after}
 
 
 def breakdown(
@@ -188,22 +217,36 @@ def breakdown(
 
 def print_report(results: list[RunResult], spans: dict[str, Any], args: argparse.Namespace) -> None:
     say(f"\n## {args.nodes} nodes x 4 GPUs, {args.pods} pods, qps/burst {args.qps}/{args.burst}\n")
-    say("| run | pods bound | seconds | pods/s |")
-    say("|---|---|---|---|")
+    if args.pin_plane or args.pin_extender:
+        say(
+            f"Pinned: etcd, kube-apiserver, kube-scheduler and the bench on CPUs "
+            f"{args.pin_plane or 'any'}; headroom serve on CPUs {args.pin_extender or 'any'}.\n"
+        )
+    say("| run | pods bound | seconds | pods/s | load average (start, end) |")
+    say("|---|---|---|---|---|")
     for r in results:
-        say(f"| {r.name} | {r.bound}/{r.pods} | {r.seconds:.1f} | {r.rate:.1f} |")
+        load = ", ".join(f"{x:.1f}" for x in r.load)
+        say(f"| {r.name} | {r.bound}/{r.pods} | {r.seconds:.1f} | {r.rate:.1f} | {load} |")
     rate = {r.name: r.rate for r in results}
     if rate.get("without") and "with" in rate:
-        say(f"| ratio with ÷ without | | | **{rate['with'] / rate['without']:.2f}** |")
+        say(f"| ratio with ÷ without | | | **{rate['with'] / rate['without']:.2f}** | |")
     for r in results:
         if r.note:
             say(f"\n{r.name}: {r.note.strip()}")
-    say("\nCPU per bound pod (ms), first bind to last bind:\n")
+    say(
+        "\nCPU per bound pod (ms), first bind to last bind; idle: CPU per second (ms/s) once"
+        " the backlog is bound, and what it makes of a pod's CPU at the run's rate:\n"
+    )
     procs = sorted({k for r in results for k in r.cpu_s})
-    say("| process | " + " | ".join(r.name for r in results) + " |")
+    heads = [f"{r.name}: per pod · idle ms/s · idle per pod" for r in results]
+    say("| process | " + " | ".join(heads) + " |")
     say("|---|" + "---|" * len(results))
     for p in procs:
-        cells = [f"{r.cpu_s.get(p, 0) * 1e3 / max(r.bound, 1):.2f}" for r in results]
+        cells = []
+        for r in results:
+            idle = r.idle_ms_per_s.get(p, 0.0)
+            per_pod = r.cpu_s.get(p, 0) * 1e3 / max(r.bound, 1)
+            cells.append(f"{per_pod:.2f} · {idle:.1f} · {idle / r.rate if r.rate else 0:.2f}")
         say(f"| {p} | " + " | ".join(cells) + " |")
     with_run = next((r for r in results if r.name == "with"), None)
     if spans.get("spans") and with_run is not None:
@@ -232,7 +275,34 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--burst", type=int, default=4000, help="kube-scheduler clientConnection.burst")
     p.add_argument("--runs", choices=["both", "without", "with"], default="both")
     p.add_argument("--stall", type=float, default=30, help="end a run after this long with no bind")
+    p.add_argument(
+        "--idle", type=float, default=5, help="seconds of idle CPU measured after each run"
+    )
     p.add_argument("--no-spans", action="store_true", help="plain `extender.cli serve`, untimed")
+    p.add_argument(
+        "--pin-plane",
+        metavar="CPUS",
+        help="etcd, kube-apiserver, kube-scheduler and the bench on these CPUs (taskset -c "
+        "syntax), in both runs",
+    )
+    p.add_argument(
+        "--pin-extender",
+        metavar="CPUS",
+        help="headroom serve on these CPUs: its own, as in its own pod",
+    )
+    p.add_argument(
+        "--postgres",
+        action="store_true",
+        help="the ledger in a real PostgreSQL server started for the run (tests/ledger/pg.py; "
+        "pinned with the extender), instead of a SQLite file",
+    )
+    p.add_argument(
+        "--pprof",
+        type=Path,
+        metavar="DIR",
+        help="write 10 s Go CPU profiles of kube-apiserver and kube-scheduler in each run "
+        "here (from 5 s after the scheduler starts; read with `go tool pprof -top`)",
+    )
     p.add_argument("--json", type=Path, help="write results (timelines, CPU, spans) here")
     p.add_argument("--plot", type=Path, help="PNG of pods bound over time (needs matplotlib)")
     p.add_argument("--keep", action="store_true", help="keep the work directory (logs, ledger)")
@@ -241,15 +311,28 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    everywhere = os.sched_getaffinity(0)  # before the bench pins itself with the plane
     workdir = Path(tempfile.mkdtemp(prefix="headroom-throughput-"))
     (workdir / "logs").mkdir()
     say(f"work directory {workdir}; building/using the control-plane binaries")
-    plane = ControlPlane(workdir=workdir, bin_dir=build_binaries(workdir / "logs" / "build.log"))
+    plane = ControlPlane(
+        workdir=workdir,
+        bin_dir=build_binaries(workdir / "logs" / "build.log"),
+        profiling=args.pprof is not None,
+    )
+    profiles = Profiles(plane, args.pprof) if args.pprof else None
     extender: Extender | None = None
+    pg: PgServer | None = None
     results: list[RunResult] = []
     spans: dict[str, Any] = {}
     try:
         plane.start()
+        if args.pin_plane:
+            cpus = parse_cpus(args.pin_plane)
+            for proc in plane.procs:
+                if proc.popen is not None:
+                    pin(proc.popen.pid, cpus)
+            pin(os.getpid(), cpus)
         api = Api(plane)
         nodes = [f"node-{i:05d}" for i in range(args.nodes)]
         say(f"creating {len(nodes)} Ready nodes")
@@ -257,25 +340,47 @@ def main(argv: list[str] | None = None) -> int:
         pods = trace_pods(args.pods, args.seed)
         say(f"pod shapes (openb, seed {args.seed}): {shape_mix(pods)}")
         if args.runs in ("both", "without"):
-            results.append(timed_run("without", api, plane, pods, None, args)[0])
+            results.append(timed_run("without", api, plane, pods, None, args, profiles)[0])
         if args.runs in ("both", "with"):
             say("starting headroom serve and reporting every node")
-            extender = Extender(workdir, plane.kubeconfig, spans=not args.no_spans)
+            ext_cpus = (
+                parse_cpus(args.pin_extender)
+                if args.pin_extender
+                else (everywhere if args.pin_plane else None)  # not the plane's, inherited
+            )
+            dsn = None
+            if args.postgres:
+                pg, dsn = start_postgres(ext_cpus)
+                say(f"ledger in PostgreSQL at {dsn}")
+            extender = Extender(
+                workdir,
+                plane.kubeconfig,
+                spans=not args.no_spans,
+                cpus=ext_cpus,
+                db=dsn,
+            )
             extender.start()
             extender.report_all(nodes, say)
-            result, spans = timed_run("with", api, plane, pods, extender, args)
+            result, spans = timed_run("with", api, plane, pods, extender, args, profiles)
             results.append(result)
         api.close()
     finally:
         if extender is not None:
             extender.stop()
+        if pg is not None:
+            pg.stop()
         plane.stop()
     print_report(results, spans, args)
+    if profiles is not None:
+        for e in profiles.errors:
+            say(f"pprof: {e}")
+        say(f"\nGo CPU profiles in {args.pprof}: go tool pprof -top -cum BINARY FILE")
     if args.json:
         args.json.write_text(
             json.dumps(
                 {
-                    "args": vars(args) | {"json": str(args.json), "plot": str(args.plot)},
+                    "args": vars(args)
+                    | {k: str(getattr(args, k)) for k in ("json", "plot", "pprof")},
                     "runs": [asdict(r) for r in results],
                     "extender": spans,
                 }
@@ -289,6 +394,18 @@ def main(argv: list[str] | None = None) -> int:
     else:
         shutil.rmtree(workdir, ignore_errors=True)
     return 0 if all(r.bound == r.pods for r in results) else 1
+
+
+def start_postgres(cpus: set[int] | None) -> tuple[PgServer, str]:
+    """A throwaway PostgreSQL server (as the ledger tests start one), its postmaster
+    pinned with the extender (the backends it forks inherit the set), and a database."""
+    missing = binaries_missing()
+    if missing:
+        raise SystemExit(f"--postgres: {missing}")
+    pg = PgServer().start()
+    postmaster = int((pg.data / "postmaster.pid").read_text().split()[0])
+    pin(postmaster, cpus)
+    return pg, pg.create_db()
 
 
 def plot(results: list[RunResult], args: argparse.Namespace) -> None:

@@ -9,6 +9,7 @@ with the very control plane being measured.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -273,11 +274,16 @@ class BindWatch:
 
 
 def start_scheduler(
-    plane: ControlPlane, name: str, extender_url: str | None, qps: int, burst: int
+    plane: ControlPlane,
+    name: str,
+    extender_url: str | None,
+    qps: int,
+    burst: int,
+    cpus: set[int] | None = None,
 ) -> Proc:
     """kube-scheduler with the shipped configuration (as tests/e2e/cluster.py renders it)
     plus ``clientConnection.qps/burst``: at the default 50 QPS its own client, not the
-    extender, would set the pace of both runs."""
+    extender, would set the pace of both runs. ``cpus``: pinned there (with the plane)."""
     doc = yaml.safe_load(render_scheduler_config(plane.kubeconfig, extender_url))
     doc["clientConnection"].update({"qps": qps, "burst": burst})
     config = plane.workdir / f"{name}-config.yaml"
@@ -300,6 +306,8 @@ def start_scheduler(
         plane.logs / f"{name}.log",
     )
     proc.start()
+    if proc.popen is not None:
+        pin(proc.popen.pid, cpus)
     ctx = ssl.create_default_context()
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE  # the scheduler's own self-signed serving cert
@@ -318,3 +326,24 @@ def cpu_seconds(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def parse_cpus(spec: str) -> set[int]:
+    """``taskset -c`` syntax: ``"1"``, ``"0,2"``, ``"0-3"``."""
+    cpus: set[int] = set()
+    for part in spec.split(","):
+        lo, _, hi = part.strip().partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    if max(cpus) >= (os.cpu_count() or 1):
+        raise ValueError(f"CPUs {sorted(cpus)}: this machine has {os.cpu_count()}")
+    return cpus
+
+
+def pin(pid: int, cpus: set[int] | None) -> None:
+    """Every thread the process has now onto ``cpus`` (``taskset -a -p``); threads it
+    starts later inherit their creator's set. ``None`` leaves it where it is."""
+    if cpus is None:
+        return
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(ProcessLookupError):  # a thread that just ended
+            os.sched_setaffinity(int(task.name), cpus)

@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 import msgspec
 
+from bench.throughput_cluster import pin
 from drivers.agent.loop import build_report
 from drivers.gpu.simulated import SimulatedDriver
 from extender.wire.clock import SystemClock
@@ -38,6 +39,8 @@ class Extender:
     workdir: Path
     kubeconfig: Path
     spans: bool = True
+    cpus: set[int] | None = None  # pinned there (its own CPUs, as in its own pod)
+    db: str | None = None  # a postgresql:// DSN; None: a SQLite file in the work directory
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
 
@@ -60,7 +63,7 @@ class Extender:
         cmd = [
             sys.executable, "-m", module, "serve",
             "--host", "127.0.0.1", "--port", str(self.port),
-            "--db", str(self.workdir / "ledger.db"),
+            "--db", self.db or str(self.workdir / "ledger.db"),
             "--agent-token-file", str(token),
             "--kubeconfig", str(self.kubeconfig),
             "--stale-after", "7200",
@@ -75,6 +78,7 @@ class Extender:
             self.proc = subprocess.Popen(
                 cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
+        pin(self.proc.pid, self.cpus)
         deadline = time.monotonic() + 180  # a cold numba cache compiles at start
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -202,6 +202,7 @@ class ControlPlane:
     procs: list[Proc] = field(default_factory=list)
     server: str = ""
     etcd_url: str = ""
+    profiling: bool = False  # serve /debug/pprof (bench/throughput.py --pprof)
 
     @property
     def pki(self) -> Path:
@@ -275,7 +276,7 @@ class ControlPlane:
                 "--endpoint-reconciler-type=none",
                 f"--feature-gates={FEATURE_GATES}",
                 f"--cert-dir={self.workdir / 'apiserver-certs'}",
-                "--profiling=false",
+                f"--profiling={'true' if self.profiling else 'false'}",
                 "--v=1",
             ],
             self.logs / "kube-apiserver.log",
