@@ -190,7 +190,9 @@ def _once(driver: GpuDriver, attribute: Attributor, args: argparse.Namespace) ->
 
 def _loop(driver: GpuDriver, attribute: Attributor, args: argparse.Namespace) -> int:
     metrics = AgentMetrics()
-    pod_resources = PodResourcesClient(args.pod_resources_socket) if args.pod_resources_socket else None
+    pod_resources = (
+        PodResourcesClient(args.pod_resources_socket) if args.pod_resources_socket else None
+    )
     sender = ReportSender(
         args.extender,
         args.token_file,

@@ -96,11 +96,11 @@ class ContainerReceived(msgspec.Struct, omit_defaults=True):
     """What kubelet's pod-resources API says one container holds."""
 
     name: Text
-    devices: Annotated[list[DeviceIds], msgspec.Meta(max_length=MAX_DEVICE_IDS)] = (
-        msgspec.field(default_factory=list)
+    devices: Annotated[list[DeviceIds], msgspec.Meta(max_length=MAX_DEVICE_IDS)] = msgspec.field(
+        default_factory=list
     )
-    claims: Annotated[list[ClaimDevice], msgspec.Meta(max_length=MAX_DEVICE_IDS)] = (
-        msgspec.field(default_factory=list)
+    claims: Annotated[list[ClaimDevice], msgspec.Meta(max_length=MAX_DEVICE_IDS)] = msgspec.field(
+        default_factory=list
     )
 
 

@@ -72,11 +72,11 @@ class Lister(pb_grpc.PodResourcesListerServicer):
             ),
         ]
 
-    def List(self, request: pb.ListPodResourcesRequest, context: grpc.ServicerContext):  # noqa: N802
+    def List(self, request: pb.ListPodResourcesRequest, context: grpc.ServicerContext):
         self.calls.append("List")
         return pb.ListPodResourcesResponse(pod_resources=self.pods())
 
-    def Get(self, request: pb.GetPodResourcesRequest, context: grpc.ServicerContext):  # noqa: N802
+    def Get(self, request: pb.GetPodResourcesRequest, context: grpc.ServicerContext):
         self.calls.append("Get")
         for p in self.pods():
             if (p.namespace, p.name) == (request.pod_namespace, request.pod_name):
@@ -106,7 +106,11 @@ TRAINER = PodReceived(
 CLAIMER = PodReceived(
     "ml",
     "claimer",
-    [ContainerReceived("main", claims=[ClaimDevice("ml", "c1", "gpu.nvidia.com", "node-a", "gpu-1", "s-1")])],
+    [
+        ContainerReceived(
+            "main", claims=[ClaimDevice("ml", "c1", "gpu.nvidia.com", "node-a", "gpu-1", "s-1")]
+        )
+    ],
 )
 
 
