@@ -9,7 +9,9 @@ both with the device plugin ids (``devices``) and the DRA devices
 
 The socket is optional: a node without it (or an agent without the hostPath) reports
 nothing received, which the extender reads as "not judged", never as "holds nothing".
-An absent socket is logged once; a failing call is logged and retried next sample.
+An absent socket is logged once; a failing call (kubelet restarting, or a socket the
+agent may not connect to: kubelet makes it root-only) is logged once per streak of
+failures, and retried on every sample.
 """
 
 from __future__ import annotations
@@ -92,6 +94,7 @@ class PodResourcesClient:
         self._channel: grpc.Channel | None = None
         self._stub: pb_grpc.PodResourcesListerStub | None = None
         self._said_absent = False
+        self._failing = False
         self._lock = threading.Lock()
 
     def list(self) -> list[PodReceived] | None:
@@ -103,12 +106,21 @@ class PodResourcesClient:
         try:
             reply = stub.List(pb.ListPodResourcesRequest(), timeout=CALL_TIMEOUT_S)
         except grpc.RpcError as exc:
-            log.warning(
-                "kubelet pod-resources List failed; this report carries no received devices",
-                extra={"fields": {"socket": str(self.socket), "code": str(exc.code())}},
-            )
+            if not self._failing:
+                log.warning(
+                    "kubelet pod-resources List failed; reports carry no received devices"
+                    " until it answers",
+                    extra={"fields": {"socket": str(self.socket), "code": str(exc.code())}},
+                )
+            self._failing = True
             self.close()  # a restarted kubelet has a new socket: dial it afresh next time
             return None
+        if self._failing:
+            self._failing = False
+            log.info(
+                "kubelet pod-resources answers again",
+                extra={"fields": {"socket": str(self.socket)}},
+            )
         return received_pods(reply.pod_resources)
 
     def get(self, namespace: str, name: str) -> PodReceived | None:
