@@ -17,6 +17,7 @@ from extender.core.received import Held
 from extender.scheduling.received import gpu_of, known_ids, mismatches
 from extender.state.inventory import Grant
 from extender.wire.report import (
+    MAX_DEVICE_IDS,
     ContainerReceived,
     DeviceIds,
     GpuReport,
@@ -151,3 +152,16 @@ def test_a_mismatch_names_both_sides() -> None:
     # our plugin's answer: each granted GPU held once, in any order: nothing to say
     exact = Held("u", "n1", (("GPU-B::1", "GPU-B"), ("GPU-A::0", "GPU-A")))
     assert mismatches([exact], two) == []
+
+
+def test_an_oversized_received_list_is_refused_naming_it(tmp_path: Path) -> None:
+    with running_extender(tmp_path) as ext:
+        ext.add_node("n1", "1xA10G:24Gi")
+        ids = [f"GPU-x::{i}" for i in range(MAX_DEVICE_IDS + 1)]
+        rep = build_report(
+            ext.drivers["n1"], "n1", ext.drivers["n1"].attribute, ext.clock,
+            received=[holding("p", *ids)],
+        )  # fmt: skip
+        r = ext.client.post("/v1/reports", content=msgspec.json.encode(rep))
+        assert r.status_code == 422
+        assert "$.received[0].containers[0].devices[0].device_ids" in r.json()["detail"]

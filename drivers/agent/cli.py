@@ -173,6 +173,8 @@ def run_agent_command(args: argparse.Namespace) -> int:
 
 
 def _once(driver: GpuDriver, attribute: Attributor, args: argparse.Namespace) -> int:
+    socket = args.pod_resources_socket
+    pod_resources = PodResourcesClient(socket) if socket else None
     agent = Agent(
         driver,
         args.node,
@@ -181,8 +183,13 @@ def _once(driver: GpuDriver, attribute: Attributor, args: argparse.Namespace) ->
         interval_s=args.interval,
         labels=args.labels,
         allocatable=args.allocatable,
+        received=pod_resources.list if pod_resources else None,
     )
-    report = agent.sample()
+    try:
+        report = agent.sample()
+    finally:
+        if pod_resources is not None:
+            pod_resources.close()
     sys.stdout.buffer.write(msgspec.json.encode(report) + b"\n")
     sys.stdout.flush()
     return 0
