@@ -3,9 +3,10 @@ time: the oracle ``extender.scoring.fragmentation`` (the one definition) is test
 
 Written for reading, not speed: every trial placement recomputes F from scratch.
     F(n)   = sum_m p_m * F_m(n)   (added in mix order)
-    F_m(n) = all free memory if the node's free CPU or host memory is less than m asks or
-             its GPU model is not one m allows; else free memory on GPUs that cannot host
-             one unit of m, if at least count_m can; else all free memory. Whole-GPU
+    F_m(n) = 0 if the node's GPU model is not one m allows (outside m's measure); all
+             free memory if the node's free CPU or host memory is less than m asks; else
+             free memory on GPUs that cannot host one unit of m, if at least count_m can;
+             else all free memory. Whole-GPU
              shapes are hosted by idle GPUs; MIG shapes: 0. F after a placement sees the
              node's CPU and memory as the pod leaves them.
 """
@@ -46,12 +47,16 @@ def host_of(node: NodeView, pod: GpuDemand | None = None) -> Host:
 
 def can_run(shape: ShapeLike, host: Host) -> bool:
     s = Shape(*shape)
-    cpu, mem, model = host
+    cpu, mem, _ = host
     if cpu is not None and cpu < s.cpu_milli:
         return False
-    if mem is not None and mem < s.host_memory_mib:
-        return False
-    return not s.models or model in s.models
+    return mem is None or mem >= s.host_memory_mib
+
+
+def allowed(shape: ShapeLike, host: Host) -> bool:
+    """Whether the node's GPU model is one the shape may use."""
+    s = Shape(*shape)
+    return not s.models or host[2] in s.models
 
 
 def task_fragment(state: State, shape: ShapeLike, host: Host = ANY_HOST) -> int:
@@ -59,6 +64,8 @@ def task_fragment(state: State, shape: ShapeLike, host: Host = ANY_HOST) -> int:
     count, mem, profile = Shape(*shape)[:3]
     if profile:
         return 0  # MIG instances are fixed partitions, outside this measure
+    if not allowed(shape, host):
+        return 0
     total = sum(f for f, _ in state)
     if not can_run(shape, host):
         return total

@@ -36,9 +36,10 @@ ROOT = Path(__file__).resolve().parents[1]
 MANIFESTS = ROOT / "manifests"
 BUILD_KUSTOMIZE = ROOT / "tests" / "tools" / "build_kustomize.sh"
 
-# The kube-scheduler image is v1.36.3; kubernetes-validate bundles schemas up to 1.37.
-# 1.36 has resource.k8s.io/v1 (DeviceClass, ResourceClaimTemplate; GA since 1.34).
-K8S_VERSION = "1.36"
+# The kube-scheduler image is v1.37.2 (the e2e control plane's version); kubernetes-validate
+# bundles schemas up to 1.37. 1.37 has resource.k8s.io/v1 (DeviceClass,
+# ResourceClaimTemplate; GA since 1.34).
+K8S_VERSION = "1.37"
 
 # Metric names the Grafana dashboard uses, in one place. Each must be exported by the
 # code (checked below against extender/ and drivers/), so a rename breaks this test
@@ -345,7 +346,7 @@ def _kube_scheduler() -> str | None:
     if os.environ.get("HEADROOM_KUBE_SCHEDULER"):
         return os.environ["HEADROOM_KUBE_SCHEDULER"]
     cache = Path(os.environ.get("HEADROOM_E2E_CACHE", Path.home() / ".cache" / "headroom-e2e"))
-    found = sorted(cache.glob("k8s-v1.36.*/bin/kube-scheduler"))
+    found = sorted(cache.glob("k8s-v1.37.*/bin/kube-scheduler"))
     return str(found[-1]) if found else None
 
 
@@ -385,7 +386,7 @@ def _load_with_kube_scheduler(binary: str, cfg: dict[str, Any], tmp: Path) -> tu
 def test_real_kube_scheduler_accepts_the_config(path: Path, tmp_path: Path) -> None:
     binary = _kube_scheduler()
     if binary is None:
-        pytest.skip("no kube-scheduler v1.36 in the e2e cache (tests/e2e/build.sh builds it)")
+        pytest.skip("no kube-scheduler v1.37 in the e2e cache (tests/e2e/build.sh builds it)")
     cfg = yaml.safe_load(path.read_text())
     rc, err = _load_with_kube_scheduler(binary, cfg, tmp_path)
     assert rc == 0, err
@@ -494,7 +495,7 @@ def test_built_scheduler_wiring(kustomize: str, target: str) -> None:
     dep = find(docs, "Deployment", "headroom-scheduler")
     spec = dep["spec"]["template"]["spec"]
     sched, ext = container(spec, "kube-scheduler"), container(spec, "extender")
-    assert sched["image"] == "registry.k8s.io/kube-scheduler:v1.36.3"
+    assert sched["image"] == "registry.k8s.io/kube-scheduler:v1.37.2"
 
     # --config points at the key of the mounted (hash-named) ConfigMap ...
     config_path = Path(_flag(sched["command"], "--config"))

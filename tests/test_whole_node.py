@@ -54,13 +54,18 @@ def test_a_gpu_behind_exhausted_cpu_counts_as_fragmented() -> None:
     assert fragmentation_delta(n, light, (n.gpus[0],), EXACT, MIX) == 0
 
 
-def test_a_node_that_cannot_run_the_mix_is_all_fragmented() -> None:
+def test_a_node_without_the_cpu_is_all_fragmented_and_a_disallowed_model_is_outside() -> None:
+    """Short of CPU for the mix's task: all free memory is fragmented (FGD). A model the
+    task may not use: outside the task's F (0), so taking memory there is neither a gain
+    nor a loss for it (a gain in MiB would pull whole-GPU pods to the largest GPUs)."""
     short = node("short", 4, 4_000)
     other = node("other", 4, 64_000, model="V100")
     constrained = ((Shape(1, None, "", 0, 0, frozenset({"T4"})), 1.0),)
     batch = GpuBatch.from_views([short, other], EXACT)
     assert fragmentation_of(batch, EXACT, MIX).tolist() == [4 * GPU, 0.0]
-    assert fragmentation_of(batch, EXACT, constrained).tolist() == [0.0, 4 * GPU]
+    assert fragmentation_of(batch, EXACT, constrained).tolist() == [0.0, 0.0]
+    pod = GpuDemand(1, None)
+    assert fragmentation_delta(other, pod, (other.gpus[0],), EXACT, constrained) == 0.0
 
 
 def test_headroom_keeps_gpus_out_from_behind_a_full_cpu() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from extender.scoring.model import Shape
 from extender.state.demand import GpuDemand
-from extender.state.workload import DEFAULT_MIX, WorkloadMix
+from extender.state.workload import DEFAULT_MIX, WorkloadMix, mix_of, typical
 
 
 def test_a_steady_workload_publishes_once() -> None:
@@ -34,7 +34,7 @@ def test_ever_new_shapes_stay_bounded() -> None:
     for i in range(5_000):
         mix.observe(GpuDemand(1, 1024 + i))
     assert len(mix.mix) == 8
-    assert len(mix._weights) <= 8 * 8 + 10  # pruned at every publication
+    assert len(mix._tallies) <= 8 * 8 + 10  # pruned at every publication
     assert abs(sum(p for _, p in mix.mix) - 1.0) < 1e-9
 
 
@@ -63,12 +63,41 @@ def test_shares_follow_the_decay_of_older_arrivals() -> None:
 
 
 def test_the_mix_records_what_a_shape_needs_of_the_node() -> None:
-    """Two pods alike on GPUs but not on CPU are two shapes: FGD counts a GPU behind a
-    node's exhausted CPU as fragmented for the CPU-hungry one only."""
+    """FGD counts a GPU behind a node's exhausted CPU as fragmented for a shape that needs
+    that CPU: each shape of the mix carries its pods' CPU and host memory, rounded to two
+    significant bits. Allowed models are not part of a shape (module docstring)."""
     mix = WorkloadMix(publish_every=1)
-    mix.observe(GpuDemand(1, None, cpu_milli=2_000, host_memory_mib=4096))
-    mix.observe(GpuDemand(1, None, cpu_milli=16_000, models=frozenset({"NVIDIA-A10G"})))
+    mix.observe(GpuDemand(1, None, cpu_milli=2_000, host_memory_mib=4000))
+    mix.observe(GpuDemand(2, None, cpu_milli=16_000, models=frozenset({"NVIDIA-A10G"})))
     assert {shape for shape, _ in mix.mix} == {
-        Shape(1, None, "", 2_000, 4096),
-        Shape(1, None, "", 16_000, 0, frozenset({"NVIDIA-A10G"})),
+        Shape(1, None, "", 2_048, 4096),
+        Shape(2, None, "", 16_384, 0),
     }
+
+
+def test_pods_alike_on_gpus_share_one_shape_at_their_mean_host_needs() -> None:
+    """Continuous CPU requests must not make every pod its own shape: the top of the mix
+    would then describe a sliver of the workload."""
+    mix = WorkloadMix(decay=1.0, publish_every=1_000, top=2)
+    for i in range(300):
+        mix.observe(GpuDemand(1, 8192, cpu_milli=1_000 + 10 * i, host_memory_mib=2_000 + i))
+    mix.observe(GpuDemand(2, None, cpu_milli=8_000))
+    shapes = dict(mix_of([GpuDemand(1, 8192, cpu_milli=c) for c in (1_000, 3_000)]))
+    assert shapes == {Shape(1, 8192, "", 2_048, 0): 1.0}  # mean 2,000m
+    published = dict(mix.publish())
+    assert published[Shape(1, 8192, "", typical(2_495), typical(2_149.5))] == 300 / 301
+    assert typical(2_495) == 2_048 and typical(2_149.5) == 2_048
+
+
+def test_typical_values_keep_two_significant_bits() -> None:
+    assert [typical(v) for v in (0, 3, 5, 7, 100, 1_000, 1_500, 12_000, 40_000)] == [
+        0,
+        3,
+        6,
+        8,
+        96,
+        1_024,
+        1_536,
+        12_288,
+        32_768,
+    ]

@@ -25,12 +25,15 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import cast
 
+import numpy as np
+
 from extender.scoring import Context, Evaluation, NodePolicy, Weights, evaluate, priorities
 from extender.scoring.batch import GpuBatch
 from extender.scoring.fit import fitting_gpus
 from extender.scoring.framework import evaluate_batch
+from extender.scoring.hostonly import host_priorities
 from extender.scoring.narrowing import blended, narrow
-from extender.scoring.policy import Policy
+from extender.scoring.policy import HostScorer, Policy
 
 from .cluster import SimNode
 from .trace import TracePod
@@ -193,13 +196,28 @@ class Scheduler:
         return node, self.landed(node, pod, evals[node.name])
 
     def schedule_cpu_only(self, pod: TracePod) -> tuple[SimNode, Evaluation] | None:
-        """A pod asking no GPU: the extender passes every node and scores them all 0
-        (``cycle.filter``'s no-GPU path), so the in-tree scores alone choose."""
+        """A pod asking no GPU: the extender passes every node (``cycle.filter``'s no-GPU
+        path) and scores them with the policy's ``HostScorer`` (``cycle.prioritize``;
+        flat without one), beside the in-tree scores."""
         found = self.candidates(pod)
         if not found:
             return None
-        total = {n.name: least_allocated(n, pod) + balanced_allocation(n, pod) for n in found}
+        ext = self.host_priorities(found, pod)
+        w = self.mode.extender_weight * 10
+        total = {
+            n.name: ext[i] * w + least_allocated(n, pod) + balanced_allocation(n, pod)
+            for i, n in enumerate(found)
+        }
         top = max(total.values())
         best = [n for n in found if total[n.name] == top]
         node = self.rng.choice(best) if self.mode.kube else best[0]
         return node, Evaluation(True)
+
+    def host_priorities(self, nodes: Sequence[SimNode], pod: TracePod) -> list[int]:
+        """The extender's prioritize integers for a pod asking no GPU."""
+        d = pod.demand
+        if not isinstance(self.policy, HostScorer) or not (d.cpu_milli or d.host_memory_mib):
+            return [0] * len(nodes)
+        batch = GpuBatch.from_views([n.view() for n in nodes], self.ctx.limits)
+        rows = np.arange(len(nodes), dtype=np.int64)
+        return host_priorities(self.policy.score_host_rows(batch, rows, d, self.ctx)).tolist()

@@ -34,13 +34,13 @@ from __future__ import annotations
 import csv
 import math
 import random
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from extender.scoring.policy import Shape
+from extender.scoring.policy import ShapeLike
 from extender.state.demand import CapacityPref, GpuDemand
+from extender.state.workload import mix_of
 
 GIB = 1024
 TOLERANT_QOS = frozenset({"BE", "BURSTABLE"})
@@ -205,10 +205,7 @@ def nominal_mib(pod: TracePod, model_mem: Mapping[str, Sequence[int]]) -> float:
     return d.count * (sum(sizes) / len(sizes) if sizes else 0.0)
 
 
-def trace_mix(pods: Sequence[TracePod], top: int = 8) -> tuple[tuple[Shape, float], ...]:
-    """FGD's target workload: the ``top`` commonest shapes, shares renormalised (what
-    ``extender.state.workload.WorkloadMix`` converges to without decay)."""
-    counts = Counter(p.demand.key for p in pods if p.demand.count)
-    best = counts.most_common(top)
-    total = sum(c for _, c in best)
-    return tuple((shape, c / total) for shape, c in best)
+def trace_mix(pods: Sequence[TracePod], top: int = 8) -> tuple[tuple[ShapeLike, float], ...]:
+    """FGD's target workload: what ``extender.state.workload.WorkloadMix`` learns from the
+    trace's GPU pods without decay (the ``top`` commonest GPU asks, shares renormalised)."""
+    return mix_of((p.demand for p in pods), top)

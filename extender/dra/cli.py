@@ -18,7 +18,9 @@ from extender.dra.template import DRIVER, MAX_COUNT, claim_template, device_clas
 def add_claim_command(subparsers: argparse._SubParsersAction[Any]) -> None:
     """Register ``claim`` on the ``headroom`` sub-command parser."""
     p = subparsers.add_parser(
-        "claim", help="print a DRA ResourceClaimTemplate for GPUs with at least this memory"
+        "claim",
+        help="print a DRA ResourceClaimTemplate for GPUs with at least this memory "
+        "(or, --shared, this memory of one shareable GPU)",
     )
     p.add_argument("--memory", required=True, help="GPU memory each device must have, e.g. 20Gi")
     p.add_argument("--count", type=int, default=1, help=f"devices (1..{MAX_COUNT}, default 1)")
@@ -28,6 +30,11 @@ def add_claim_command(subparsers: argparse._SubParsersAction[Any]) -> None:
         "--class", dest="class_name", default=DRIVER, help=f"DeviceClass name (default {DRIVER})"
     )
     p.add_argument("--namespace", help="namespace to put in the template's metadata")
+    p.add_argument(
+        "--shared",
+        action="store_true",
+        help="ask for --memory of one shareable GPU (DRA consumable capacity), not a whole GPU",
+    )
     p.add_argument(
         "--device-class",
         action="store_true",
@@ -54,5 +61,6 @@ def claim_documents(args: argparse.Namespace) -> list[dict[str, Any]]:
         name=args.name,
         class_name=args.class_name,
         namespace=args.namespace,
+        shared=args.shared,
     )
     return [template, device_class(args.class_name)] if args.device_class else [template]

@@ -11,23 +11,30 @@ claim pods without repeating the apiserver round trips. It follows the allocator
   device free and at least one of them;
 - ``firstAvailable`` takes the first subrequest that fits; the result names it
   ``<request>/<subrequest>`` as DRA does;
-- ``adminAccess`` is ignored (the request is treated like any other).
+- ``adminAccess`` is ignored (the request is treated like any other);
+- consumable capacity (``extender.dra.capacity``): a device that allows multiple
+  allocations stays a candidate while what the request consumes (by its
+  ``requestPolicy``) fits beside what other claims' ``consumedCapacity`` and this claim's
+  earlier requests hold of it; a device that does not is taken whole, and
+  ``capacity.requests`` is then only a filter.
 
 Greedy, first fit: devices are taken in slice order, request by request, with no
 backtracking. DRA itself picks the first device set that fits and does not score, so
 this agrees with it for the usual one-request GPU claims. With several requests whose
 selectors overlap, the real allocator (which backtracks) can find a set this misses:
 such a ``fits=False`` is a "probably not", never the place to enforce a decision.
-Not modelled: ``constraints`` (matchAttribute/distinctAttribute), consumable capacity
-(``capacity.requests``, shared devices) and counter sets (partitionable devices).
+Not modelled: ``constraints`` (matchAttribute/distinctAttribute) and counter sets
+(partitionable devices).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, NamedTuple
 
+from extender.dra.capacity import Amounts, add, covers, requested, room, shareable
 from extender.dra.cel import device_activation, matches_all, selector_expressions
 from extender.dra.kquantity import quantity_mib_floor
 
@@ -45,6 +52,10 @@ class Picked(NamedTuple):
     driver: str
     pool: str
     device: str
+    consumed: Mapping[str, Decimal] | None = None  # a share of a shareable device; None: whole
+
+
+Consumed = Mapping[DeviceKey, Mapping[str, Decimal]]
 
 
 @dataclass(frozen=True)
@@ -73,36 +84,66 @@ def claim_fits(
     device_classes: Mapping[str, Mapping[str, Any]],
     slices: Sequence[Mapping[str, Any]],
     allocated: set[tuple[str, str, str]],
+    consumed: Consumed | None = None,
 ) -> Fit:
     """Whether ``requests`` (a claim's ``spec.devices.requests``) fit on these slices.
 
     ``slices`` are one node's ResourceSlices; older pool generations are dropped here
     too, so passing a pool's whole history is safe. ``allocated`` holds the
-    (driver, pool, device) triples other claims already hold.
+    (driver, pool, device) triples other claims already hold; ``consumed`` what they
+    consume of shareable devices (Σ ``consumedCapacity``).
     """
     candidates = [_Candidate(k, d) for k, d in current_devices(slices)]
     taken = {DeviceKey(*t) for t in allocated}
+    usage = _Usage(taken, {k: dict(v) for k, v in (consumed or {}).items()})
     picked: list[Picked] = []
     for request in requests:
-        outcome = _fit_request(request, device_classes, candidates, taken)
+        outcome = _fit_request(request, device_classes, candidates, usage)
         if isinstance(outcome, str):
             return Fit(False, outcome, picked)
         picked += outcome
-        taken.update(DeviceKey(p.driver, p.pool, p.device) for p in outcome)
+        usage.hold(outcome)
     return Fit(True, "", picked)
+
+
+@dataclass
+class _Usage:
+    """What is held of the node's devices: whole (``taken``) and shares (``consumed``)."""
+
+    taken: set[DeviceKey]
+    consumed: dict[DeviceKey, Amounts]
+
+    def free(self, c: _Candidate) -> bool:
+        """Not held whole; a shareable device is never held whole (its shares are counted)."""
+        return shareable(c.device) or c.key not in self.taken
+
+    def room(self, c: _Candidate, asked: Amounts) -> Amounts | str | None:
+        """The share the request would consume (a shareable device), None (taken whole),
+        or why the device cannot serve it."""
+        if shareable(c.device):
+            return room(c.device, asked, self.consumed.get(c.key, {}))
+        return covers(c.device, asked) or None
+
+    def hold(self, picks: list[Picked]) -> None:
+        for p in picks:
+            key = DeviceKey(p.driver, p.pool, p.device)
+            if p.consumed is None:
+                self.taken.add(key)
+            else:
+                add(self.consumed.setdefault(key, {}), p.consumed)
 
 
 def _fit_request(
     request: Mapping[str, Any],
     classes: Mapping[str, Mapping[str, Any]],
     candidates: Sequence[_Candidate],
-    taken: set[DeviceKey],
+    usage: _Usage,
 ) -> list[Picked] | str:
     """The devices for one request, or why it does not fit."""
     name = str(request.get("name", ""))
     reasons: list[str] = []
     for label, spec in _alternatives(name, request):
-        outcome = _fit_exact(label, spec, classes, candidates, taken)
+        outcome = _fit_exact(label, spec, classes, candidates, usage)
         if not isinstance(outcome, str):
             return outcome
         reasons.append(outcome)
@@ -125,12 +166,16 @@ def _fit_exact(
     spec: Mapping[str, Any],
     classes: Mapping[str, Mapping[str, Any]],
     candidates: Sequence[_Candidate],
-    taken: set[DeviceKey],
+    usage: _Usage,
 ) -> list[Picked] | str:
     class_name = str(spec.get("deviceClassName", ""))
     device_class = classes.get(class_name)
     if device_class is None:
         return f"request {label!r}: DeviceClass {class_name!r} not found"
+    try:
+        asked = requested(spec)
+    except ValueError as e:
+        return f"request {label!r}: {e}"
     expressions = [
         *selector_expressions(_spec(device_class).get("selectors")),
         *selector_expressions(spec.get("selectors")),
@@ -139,11 +184,11 @@ def _fit_exact(
     tolerations: list[Any] = raw_tolerations if isinstance(raw_tolerations, list) else []
     if spec.get("allocationMode", "ExactCount") == "All":
         matching, errors = _matching(candidates, expressions, tolerations)
-        return _all(
-            label, class_name, matching, [c for c in matching if c.key not in taken], errors
-        )
+        free = [c for c in matching if usage.free(c) and not isinstance(usage.room(c, asked), str)]
+        return _all(label, class_name, matching, free, errors, usage, asked)
+    count = spec.get("count", 1)
     return _exact_count(
-        label, class_name, spec.get("count", 1), expressions, tolerations, candidates, taken
+        label, class_name, count, expressions, tolerations, candidates, usage, asked
     )
 
 
@@ -153,6 +198,8 @@ def _all(
     matching: list[_Candidate],
     free: list[_Candidate],
     errors: list[str],
+    usage: _Usage,
+    asked: Amounts,
 ) -> list[Picked] | str:
     if not matching:
         return _why(label, f"no device of class {class_name!r} matches", errors)
@@ -163,7 +210,7 @@ def _all(
             f"{len(matching) - len(free)} already allocated",
             errors,
         )
-    return [_pick(label, c) for c in free]
+    return [_pick(label, c, usage.room(c, asked)) for c in free]
 
 
 def _exact_count(
@@ -173,21 +220,32 @@ def _exact_count(
     expressions: list[str],
     tolerations: list[Any],
     candidates: Sequence[_Candidate],
-    taken: set[DeviceKey],
+    usage: _Usage,
+    asked: Amounts,
 ) -> list[Picked] | str:
-    """First ``count`` free matching devices; only free devices are evaluated on success."""
+    """First ``count`` free matching devices with room for the request; only free
+    devices are evaluated on success."""
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         return f"request {label!r}: count {count!r} is not a positive integer"
-    free = [c for c in candidates if c.key not in taken]
-    chosen, errors = _matching(free, expressions, tolerations, limit=count)
+    free = [c for c in candidates if usage.free(c)]
+    short: list[str] = []  # matching devices without room for the request, and why
+
+    def has_room(c: _Candidate) -> bool:
+        share = usage.room(c, asked)
+        if isinstance(share, str):
+            short.append(f"{c.key.device}: {share}")
+        return not isinstance(share, str)
+
+    chosen, errors = _matching(free, expressions, tolerations, limit=count, usable=has_room)
     if len(chosen) == count:
-        return [_pick(label, c) for c in chosen]
+        return [_pick(label, c, usage.room(c, asked)) for c in chosen]
     # Allocated devices are not evaluated: on a full node that is where the time would go.
     return _why(
         label,
         f"needs {count} device(s) of class {class_name!r}; {len(chosen)} of "
         f"{len(free)} free device(s) match ({len(candidates) - len(free)} allocated)",
         errors,
+        short,
     )
 
 
@@ -196,6 +254,7 @@ def _matching(
     expressions: list[str],
     tolerations: list[Any],
     limit: int | None = None,
+    usable: Callable[[_Candidate], bool] = lambda c: True,
 ) -> tuple[list[_Candidate], list[str]]:
     """Usable devices passing every selector (stopping at ``limit``), and selector errors."""
     out: list[_Candidate] = []
@@ -206,20 +265,23 @@ def _matching(
         if _blocked(c.device, tolerations):
             continue
         result = matches_all(expressions, c.activation)
-        if result.matched:
+        if result.matched and usable(c):
             out.append(c)
         elif result.error:
             errors.append(f"{c.key.device}: {result.error}")
     return out, errors
 
 
-def _why(label: str, text: str, errors: list[str]) -> str:
+def _why(label: str, text: str, errors: list[str], short: list[str] | None = None) -> str:
     detail = f" (selector errors: {'; '.join(errors[:3])})" if errors else ""
+    if short:
+        detail += f" (no room on: {'; '.join(short[:3])})"
     return f"request {label!r}: {text}{detail}"
 
 
-def _pick(label: str, c: _Candidate) -> Picked:
-    return Picked(label, c.key.driver, c.key.pool, c.key.device)
+def _pick(label: str, c: _Candidate, share: Amounts | str | None = None) -> Picked:
+    consumed = share if isinstance(share, dict) else None
+    return Picked(label, c.key.driver, c.key.pool, c.key.device, consumed)
 
 
 def _blocked(device: Mapping[str, Any], tolerations: list[Any]) -> bool:

@@ -18,7 +18,14 @@ that is allocated, and billed, to someone else). Per device:
   ``memorySlice<i>`` capacities assuming the 8 memory slices of A100/H100/H200/B200
   (an A30 has 4: its MIG slices would be billed at half) **[inference]**;
 - price = ``gpu_price_per_hour(node)`` x granted / total, or None when the node's price is
-  unknown (an unpriced grant, never $0: docs/billing.md).
+  unknown (an unpriced grant, never $0: docs/billing.md);
+- ``dra_device``: ``driver/pool/device``, and for a share of a device that allows multiple
+  allocations (KEP-5075) ``driver/pool/device/shareID``: each consumer's row names its own
+  share, as kubelet's pod-resources API names it (``share_id``).
+
+Shares of one shareable device (each pod with its own claim) are each their own claim
+here: one row per consumer with the memory it consumed, so the rows on a GPU add up to
+Σ ``consumedCapacity``, as kube-scheduler counted it.
 
 Shared claims: a claim reserved by several pods (``status.reservedFor``) gives every
 pod the same devices. Each pod gets its own ``Decision`` for those devices, so that
@@ -85,7 +92,9 @@ def decisions_from_claim(
     node = allocation_node(claim, slices, results)
     price = gpu_price_per_hour(node)
     billable = [_map(r) for r in results if not _map(r).get("adminAccess")]
-    grants = [g for r in billable if (g := _grant(r, devices, slices, ref, price)) is not None]
+    grants = _per_gpu(
+        [g for r in billable if (g := _grant(r, devices, slices, ref, price)) is not None]
+    )
     if not grants:
         return []
     owners = [_pod(_map(r), pods, ref) for r in reserving]
@@ -181,8 +190,33 @@ def _grant(
         price_per_hour=price,
         mig_profile=profile,
         claim=claim,
-        dra_device="/".join(key),
+        dra_device=dra_device(key, result.get("shareID")),
     )
+
+
+def _per_gpu(grants: list[GpuGrant]) -> list[GpuGrant]:
+    """One grant per GPU: two requests of one claim may take two shares of one shareable
+    GPU, and the ledger keeps one row per pod and GPU (memory and price add up; the row
+    names both shares)."""
+    out: dict[str, GpuGrant] = {}
+    for g in grants:
+        have = out.get(g.gpu_uuid)
+        if have is None:
+            out[g.gpu_uuid] = g
+            continue
+        a, b = have.price_per_hour, g.price_per_hour
+        out[g.gpu_uuid] = replace(
+            have,
+            memory_mib=have.memory_mib + g.memory_mib,
+            price_per_hour=None if a is None or b is None else a + b,  # unknown stays unknown
+            dra_device=f"{have.dra_device},{g.dra_device}",
+        )
+    return list(out.values())
+
+
+def dra_device(key: DeviceKey, share_id: Any = None) -> str:
+    """``driver/pool/device``, with ``/shareID`` for a share of a shareable device."""
+    return "/".join(key) + (f"/{share_id}" if isinstance(share_id, str) and share_id else "")
 
 
 def _consumed_mib(result: Mapping[str, Any]) -> int | None:

@@ -13,7 +13,7 @@ would reject must not be accepted here either, or a template we write could fail
 from __future__ import annotations
 
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import ROUND_CEILING, Decimal
 
 from extender.core.quantity import MIB, parse_quantity
 
@@ -60,4 +60,10 @@ def quantity_mib_floor(text: str) -> int:
 
 def quantity_mib_ceil(text: str) -> int:
     """A granted byte amount as whole MiB, rounded up (a grant is never shrunk)."""
-    return int(-(-parse_quantity(text) // MIB))
+    return mib_ceil(parse_quantity(text))
+
+
+def mib_ceil(amount: Decimal) -> int:
+    """Bytes as whole MiB, rounded up. Not ``-(-x // MIB)``: Decimal's ``//`` truncates
+    toward zero, so that would round down."""
+    return int((amount / MIB).to_integral_value(rounding=ROUND_CEILING))

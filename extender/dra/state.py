@@ -9,6 +9,7 @@ import threading
 from collections import defaultdict
 from typing import Any
 
+from extender.dra.capacity import Amounts, consumed_by
 from extender.wire.protocol import Pod
 
 Obj = dict[str, Any]
@@ -77,16 +78,34 @@ class DraState:
         with self._lock:
             return {name: obj.get("spec") or {} for name, obj in self._classes.items()}
 
+    def extended_class(self, resource: str) -> str | None:
+        """The DeviceClass whose ``extendedResourceName`` is ``resource`` (KEP-5004: DRA
+        serves plain ``nvidia.com/gpu`` requests on nodes whose allocatable lacks it)."""
+        with self._lock:
+            for name, obj in self._classes.items():
+                if (obj.get("spec") or {}).get("extendedResourceName") == resource:
+                    return name
+        return None
+
     def allocated(self) -> set[tuple[str, str, str]]:
-        """(driver, pool, device) held by any allocated claim."""
+        """(driver, pool, device) held by any allocated claim (a shareable device's shares
+        are counted by ``consumed``, not here)."""
+        return {
+            (r.get("driver", ""), r.get("pool", ""), r.get("device", "")) for r in self._results()
+        }
+
+    def consumed(self) -> dict[tuple[str, str, str], Amounts]:
+        """Σ ``consumedCapacity`` per shareable device over every allocated claim."""
+        return consumed_by(self._results())
+
+    def _results(self) -> list[Obj]:
         with self._lock:
             claims = list(self._claims.values())
-        taken = set()
+        out: list[Obj] = []
         for c in claims:
             results = ((c.get("status") or {}).get("allocation") or {}).get("devices") or {}
-            for r in results.get("results") or []:
-                taken.add((r.get("driver", ""), r.get("pool", ""), r.get("device", "")))
-        return taken
+            out.extend(r for r in results.get("results") or [] if isinstance(r, dict))
+        return out
 
     def requests_of(self, pod: Pod) -> list[Obj] | None:
         """Every device request of the pod's claims, or None while a claim is unknown

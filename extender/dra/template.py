@@ -7,9 +7,14 @@ is written the way Kubernetes evaluates it: capacities are Quantities, compared 
 ``headroom.dev/gpu-memory`` on the template and on the claims made from it, so the
 extender reads the need without parsing CEL.
 
-No consumable-capacity request (``capacity.requests.memory``) is written: the NVIDIA
-driver does not publish ``allowMultipleAllocations`` devices (docs/protocol.md §2.5), so a
-claim gets a whole device (or MIG instance) that has at least this much memory.
+By default a claim gets a whole device (or MIG instance) that has at least this much
+memory. With ``shared=True`` it asks for ``memory`` *of* one device instead: DRA consumable
+capacity (KEP-5075, beta and on by default since 1.36), ``exactly.capacity.requests.memory``,
+on a device that allows multiple allocations (the NVIDIA driver publishes such devices
+behind ``--consumable-shares=memory``). kube-scheduler then allocates a share and records
+what it consumed (``consumedCapacity``, rounded up by the device's ``requestPolicy``) and a
+``shareID`` in the claim's status. Nothing at run time caps a share's memory: the
+extender's measured headroom is the only guard (docs/dra.md).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ API_VERSION = "resource.k8s.io/v1"
 DRIVER = "gpu.nvidia.com"
 REQUEST_NAME = "gpu"
 MAX_COUNT = 32
+SHAREABLE_SELECTOR = "device.allowMultipleAllocations"
 # DeviceClasses of the NVIDIA chart (deviceclass-*.yaml) -> the device ``type`` they select.
 NVIDIA_CLASSES = {"gpu.nvidia.com": "gpu", "mig.nvidia.com": "mig", "vfio.gpu.nvidia.com": "vfio"}
 
@@ -41,14 +47,20 @@ def claim_template(
     name: str | None = None,
     class_name: str = DRIVER,
     namespace: str | None = None,
+    shared: bool = False,
 ) -> dict[str, Any]:
-    """A ``resource.k8s.io/v1`` ResourceClaimTemplate; ValueError says which input is bad."""
+    """A ``resource.k8s.io/v1`` ResourceClaimTemplate; ValueError says which input is bad.
+
+    ``shared``: ``memory`` of one shareable device (consumable capacity), not a whole
+    device with at least that much."""
     _check_memory(memory)
     _check_count(count)
+    if shared and count != 1:
+        raise ValueError(f"--shared asks for memory of one device: --count must be 1, got {count}")
     if model is not None:
         _check_model(model)
     _check_subdomain("device class", class_name)
-    name = name if name is not None else default_name(memory, count)
+    name = name if name is not None else default_name(memory, count, shared)
     _check_subdomain("name", name)
     metadata: dict[str, Any] = {"name": name}
     if namespace is not None:
@@ -61,26 +73,31 @@ def claim_template(
         "metadata": metadata,
         "spec": {
             "metadata": {"annotations": {ANN_MEMORY: memory}},
-            "spec": {"devices": {"requests": [_request(memory, count, model, class_name)]}},
+            "spec": {"devices": {"requests": [_request(memory, count, model, class_name, shared)]}},
         },
     }
 
 
-def _request(memory: str, count: int, model: str | None, class_name: str) -> dict[str, Any]:
+def _request(
+    memory: str, count: int, model: str | None, class_name: str, shared: bool
+) -> dict[str, Any]:
     # Attributes are under gpu.nvidia.com whatever the class is called: a site's own
     # class (say "h100") still selects devices the NVIDIA driver published.
-    selectors = [{"cel": {"expression": memory_selector(memory)}}]
+    # A shared request selects only shareable devices: on a device that does not allow
+    # multiple allocations a capacity request is a mere filter and takes the whole device.
+    first = SHAREABLE_SELECTOR if shared else memory_selector(memory)
+    selectors = [{"cel": {"expression": first}}]
     if model is not None:
         selectors.append({"cel": {"expression": model_selector(model)}})
-    return {
-        "name": REQUEST_NAME,
-        "exactly": {
-            "deviceClassName": class_name,
-            "allocationMode": "ExactCount",
-            "count": count,
-            "selectors": selectors,
-        },
+    exactly: dict[str, Any] = {
+        "deviceClassName": class_name,
+        "allocationMode": "ExactCount",
+        "count": count,
+        "selectors": selectors,
     }
+    if shared:
+        exactly["capacity"] = {"requests": {"memory": memory}}
+    return {"name": REQUEST_NAME, "exactly": exactly}
 
 
 def memory_selector(memory: str, driver: str = DRIVER) -> str:
@@ -96,10 +113,11 @@ def cel_string(text: str) -> str:
     return text.replace("\\", "\\\\").replace("'", "\\'")
 
 
-def default_name(memory: str, count: int = 1) -> str:
-    """``20Gi`` -> ``gpu-20gi``; ``1.5Gi`` x 2 -> ``gpu-1-5gi-x2`` (a DNS-1123 name)."""
+def default_name(memory: str, count: int = 1, shared: bool = False) -> str:
+    """``20Gi`` -> ``gpu-20gi``; ``1.5Gi`` x 2 -> ``gpu-1-5gi-x2``; shared ``20Gi`` ->
+    ``gpu-20gi-shared`` (a DNS-1123 name)."""
     slug = re.sub(r"[^a-z0-9]+", "-", memory.lower()).strip("-")
-    return f"gpu-{slug}" + (f"-x{count}" if count > 1 else "")
+    return f"gpu-{slug}" + (f"-x{count}" if count > 1 else "") + ("-shared" if shared else "")
 
 
 def device_class(name: str = DRIVER, extended_resource_name: str | None = None) -> dict[str, Any]:

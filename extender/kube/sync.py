@@ -121,7 +121,9 @@ class ClusterSync:
                 self._pending.pop(uid, None)
             if kind == "DELETED":
                 self._claim_pods.pop(uid, None)
-            elif (obj.get("spec") or {}).get("resourceClaims"):
+            elif (obj.get("spec") or {}).get("resourceClaims") or status.get(
+                "extendedResourceClaimStatus"
+            ):  # its own claims, or the claim kube-scheduler made for nvidia.com/gpu
                 self._claim_pods[uid] = pod_ref(msgspec.convert(obj, Pod))
         if kind == "DELETED":
             self._end(uid, "deleted")
@@ -187,8 +189,7 @@ class ClusterSync:
     def _ingest(self, claim: dict[str, Any]) -> None:
         meta = claim.get("metadata") or {}
         key = (meta.get("namespace", ""), meta.get("name", ""))
-        with self._lock:
-            pods = dict(self._claim_pods)
+        pods = self._reserving(claim)
         try:
             recorded = self.service.ingest_claim(claim, pods)
         except ClaimIngestError as e:
@@ -198,6 +199,19 @@ class ClusterSync:
         self._unresolved.pop(key, None)
         if recorded:
             log.info("DRA allocation recorded", extra={"claim": "/".join(key), "pods": recorded})
+
+    def _reserving(self, claim: dict[str, Any]) -> dict[str, PodRef]:
+        """The pods known to use claims, and those the claim is reserved for that are still
+        pending: kube-scheduler reserves a claim (and makes KEP-5004 pods' claims) in
+        PreBind, before the pod is bound or its status names the claim."""
+        reserved = ((claim.get("status") or {}).get("reservedFor")) or []
+        uids = [r.get("uid", "") for r in reserved if isinstance(r, dict)]
+        with self._lock:
+            pods = dict(self._claim_pods)
+            pending = {u: self._pending[u] for u in uids if u not in pods and u in self._pending}
+        for uid, obj in pending.items():
+            pods[uid] = pod_ref(msgspec.convert(obj, Pod))
+        return pods
 
     def _retry_claims(self) -> None:
         for claim in list(self._unresolved.values()):

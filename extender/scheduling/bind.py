@@ -116,6 +116,11 @@ class Binding:
             )
         if seen.demand.count == 0:
             return self._bind_only(args, {})
+        if self.evaluator.dra_backed(args.Node, seen.demand):
+            # kube-scheduler's PreBind already allocated the pod's claim: the ledger
+            # records that claim's devices when it is seen (lifecycle.ingest_claim)
+            log.info("bind: nvidia.com/gpu served by DRA", extra={"pod": args.PodUID})
+            return self._bind_only(args, {})
         unsettled = self._settle(args.PodUID)
         if unsettled:
             return ExtenderBindingResult(Error=unsettled)

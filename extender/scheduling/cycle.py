@@ -29,6 +29,7 @@ from extender.scheduling.replies import (
     priorities,
 )
 from extender.scoring.batch import Ints
+from extender.scoring.hostonly import host_priorities
 from extender.state.demand import DemandError, GpuDemand
 from extender.state.inventory import Inventory
 from extender.state.nodefacts import facts_from_node
@@ -99,7 +100,7 @@ class Cycle:
         demand = self.asks.remember(args.Pod)
         names = self.names(args)
         if not demand.wants_gpu:
-            return Priorities(names, np.zeros(len(names), np.int64))
+            return self._host_only(demand, names)
         now = self.clock.now()
         passed = self._passed_by(demand, names, now)
         if passed is not None:
@@ -107,6 +108,16 @@ class Cycle:
                 passed, self._filter_reply(passed, demand), self.config.weights
             )
         return priorities(self._plan(args.Pod, demand, names, now), self.config.weights)
+
+    def _host_only(self, demand: GpuDemand, names: Sequence[str]) -> Priorities:
+        """A pod that asks no GPU: steered off the CPU and memory idle GPUs need, when it
+        asks for some and the policy scores such pods; else flat scores."""
+        raw = None
+        if names and (demand.cpu_milli or demand.host_memory_mib):
+            raw = self.evaluator.host_only(names, demand, self.clock.now())
+        if raw is None:
+            return Priorities(names, np.zeros(len(names), np.int64))
+        return Priorities(names, host_priorities(raw))
 
     def refresh(self) -> int:
         """Brings the widest plan of each shape filtered lately up to date and makes its

@@ -14,20 +14,30 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from extender.dra.feasibility import DeviceKey, claim_fits, current_devices, device_uuid
+from extender.dra.feasibility import (
+    DeviceKey,
+    Picked,
+    claim_fits,
+    current_devices,
+    device_uuid,
+)
+from extender.dra.kquantity import mib_ceil
 from extender.dra.state import DraState
 from extender.scheduling.plans import Failure, Outcome
 from extender.scoring import Context, Evaluation, Limits, Policy, evaluate
-from extender.scoring.batch import Ints, unfit
+from extender.scoring.batch import Floats, Ints, unfit
 from extender.scoring.framework import as_arrays, evaluate_rows
-from extender.state.demand import GpuDemand
+from extender.scoring.model import NodeView
+from extender.scoring.policy import HostScorer
+from extender.state.demand import GPU_RESOURCE, GpuDemand
 from extender.state.inventory import Inventory
 from extender.state.workload import WorkloadMix
 from extender.wire.protocol import Pod
 
 RETRY = "node changed during evaluation; retry"
-# a claim's requests, the device classes and the devices already allocated (DraState)
-Claim = tuple[list[dict], dict[str, dict], set]
+# a claim's requests, the device classes, the devices already allocated and what is
+# consumed of shareable ones (DraState)
+Claim = tuple[list[dict], dict[str, dict], set, dict]
 
 
 @dataclass
@@ -65,6 +75,17 @@ class Evaluator:
             if i not in failures:
                 failures[i] = self.failure(names[i], bool(live[i] >= 0), demand, ctx, now)
         return Outcome(fits, raw, price, received, failures, rows, cols.layout)
+
+    def host_only(self, names: Sequence[str], demand: GpuDemand, now: float) -> Floats | None:
+        """Each named node's raw score for a pod that asks no GPU, when the policy scores
+        such pods (``HostScorer``; None when it does not): nodes without a fresh report
+        score 0 (``extender.scoring.hostonly``)."""
+        if not isinstance(self.policy, HostScorer):
+            return None
+        cols = self.inventory.columns()
+        live = cols.read(cols.rows(names), now, self.stale_after)[0]
+        ctx = self.context()
+        return self.policy.score_host_rows(cols.whole(ctx.limits), live, demand, ctx)
 
     def _one_by_one(
         self,
@@ -123,13 +144,25 @@ class Evaluator:
 
     # --- DRA -----------------------------------------------------------------------------
 
+    def dra_backed(self, node: str, demand: GpuDemand) -> bool:
+        """kube-scheduler serves the pod's ``nvidia.com/gpu`` on this node through DRA
+        (KEP-5004, GA in 1.37): a DeviceClass names it as its ``extendedResourceName`` and
+        the node's allocatable does not list it (the scheduler's own rule). The
+        scheduler-made claim then says which device the pod got; bind must not pick one."""
+        if not demand.count or demand.mig_profile or self.dra is None:
+            return False
+        facts = self.inventory.facts(node)
+        if facts is None or facts.gpu_allocatable is None or facts.gpu_allocatable > 0:
+            return False
+        return self.dra.extended_class(GPU_RESOURCE) is not None
+
     def dra_names(self, pod: Pod, names: Sequence[str], now: float) -> Outcome:
         """Every named node for a pod whose GPUs come from ResourceClaims (node by node:
         a claim is matched against each node's slices). Rows unknown: never patched."""
         requests = self.dra.requests_of(pod) if self.dra is not None else None
         claim = None
         if requests is not None and self.dra is not None:  # else: claims not known yet
-            claim = (requests, self.dra.classes(), self.dra.allocated())
+            claim = (requests, self.dra.classes(), self.dra.allocated(), self.dra.consumed())
         evals = [self._dra_one(name, claim, now) for name in names]
         prices = [v.price_per_gib_hour if (v := self.inventory.view(n)) else None for n in names]
         raw, fits, price = as_arrays(evals, prices)
@@ -148,11 +181,38 @@ class Evaluator:
         if claim is None or self.dra is None:
             return Evaluation(True, raw=1.0 - view.committed_mib / max(view.total_mib, 1))
         slices = self.dra.slices_on(name)
-        fit = claim_fits(claim[0], claim[1], slices, claim[2])
+        consumed = {DeviceKey(*k): v for k, v in claim[3].items()}
+        fit = claim_fits(claim[0], claim[1], slices, claim[2], consumed)
         if not fit.fits:
             return Evaluation(False, f"DRA claim does not fit this node's devices: {fit.reason}")
         devices = dict(current_devices(slices))
-        uuids = {device_uuid(devices[DeviceKey(p.driver, p.pool, p.device)]) for p in fit.devices}
+        picked = [
+            (p, device_uuid(devices[DeviceKey(p.driver, p.pool, p.device)])) for p in fit.devices
+        ]
+        short = self._share_short(view, picked)
+        if short:
+            return Evaluation(False, short)
+        uuids = {uuid for _, uuid in picked}
         gpus = [g for g in view.gpus if g.uuid in uuids] or list(view.gpus)
         free = sum(max(g.total_mib - g.committed_mib, 0) for g in gpus)
         return Evaluation(True, raw=free / max(sum(g.total_mib for g in gpus), 1))
+
+    def _share_short(self, view: NodeView, picked: list[tuple[Picked, str | None]]) -> str:
+        """A share of a shareable GPU needs measured headroom too: DRA counts only what
+        claims consume on paper, and nothing caps a share's memory at run time, so memory
+        in use beyond the shares (an overrunning tenant, a process without a claim) is
+        seen only here. "" when every share fits the GPU's measured headroom."""
+        by_uuid = {g.uuid: g for g in view.gpus}
+        margin = self.limits.margin_mib
+        for p, uuid in picked:
+            gpu = by_uuid.get(uuid or "")
+            if p.consumed is None or gpu is None or "memory" not in p.consumed:
+                continue
+            asked = mib_ceil(p.consumed["memory"])
+            if asked > gpu.free_mib(margin):
+                return (
+                    f"DRA share of GPU {uuid} ({p.device}): {asked} MiB asked, measured headroom "
+                    f"{max(gpu.free_mib(margin), 0)} MiB (total {gpu.total_mib}, committed "
+                    f"{gpu.committed_mib}, margin {margin})"
+                )
+        return ""

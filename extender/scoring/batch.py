@@ -230,6 +230,11 @@ def host_fill_at(b: GpuBatch, gpu_fill: Floats, demand: GpuDemand, rows: Ints) -
     return np.where(alloc > 0, 0.5 * gpu_fill + 0.5 * cpu, gpu_fill)
 
 
+def node_gpu_fill(b: GpuBatch, rows: Ints) -> Floats:
+    """Fraction of each row's GPU memory committed now (0 on a node without GPUs)."""
+    return np.minimum(1.0, _ratio(b.node_committed[rows], b.node_total[rows]))
+
+
 def imbalance_at(b: GpuBatch, gpu_fill: Floats, demand: GpuDemand, rows: Ints) -> Floats:
     """``policy.imbalance_after`` of each row of ``rows`` given its GPU fill after."""
     out = np.zeros(len(rows))

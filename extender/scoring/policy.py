@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from extender.scoring.batch import Bools, Floats, GpuBatch, Ints
 from extender.scoring.fit import unit_mib
@@ -61,6 +61,18 @@ class RowEvaluator(Protocol):
     ) -> tuple[Bools, Floats]:
         """(fits, raw) per row (-1: unavailable, never fits; raw 0 where it does not
         fit), exactly ``evaluate_batch(batch.take(rows))`` for the available rows."""
+        ...
+
+
+@runtime_checkable
+class HostScorer(Protocol):
+    """What a policy adds to score pods that ask no GPU (``extender.scoring.hostonly``);
+    optional: without it such pods get flat scores and the in-tree scores alone choose."""
+
+    def score_host_rows(
+        self, batch: GpuBatch, rows: Ints, demand: GpuDemand, ctx: Context
+    ) -> Floats:
+        """Raw score per row of ``rows`` (-1: no usable report, scored 0)."""
         ...
 
 

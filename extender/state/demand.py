@@ -18,12 +18,12 @@ from extender.core.quantity import quantity_to_int, quantity_to_mib, shown
 # the demand types are scoring's plain data; importers may take them from here too
 from extender.scoring.model import CapacityPref, GpuDemand, canonical_model
 from extender.state.host import pod_requests
+from extender.state.nodefacts import GPU_RESOURCE
 from extender.wire.annotations import ANN_CAPACITY, ANN_MEMORY
 from extender.wire.protocol import Container, Pod
 
 GPU_PRODUCT = "nvidia.com/gpu.product"  # GPU feature discovery's model label
 
-GPU_RESOURCE = "nvidia.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"
 ANN_DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 MAX_GPUS_PER_POD = 64

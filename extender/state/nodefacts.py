@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import msgspec
 
+from extender.core.quantity import quantity_to_int
 from extender.state.host import allocatable_of
 from extender.wire.protocol import Node
 
@@ -16,6 +17,7 @@ ZONE = "topology.kubernetes.io/zone"
 GPU_COUNT = "karpenter.k8s.aws/instance-gpu-count"
 GPU_MEMORY = "karpenter.k8s.aws/instance-gpu-memory"  # MiB per GPU
 GPU_NAME = "karpenter.k8s.aws/instance-gpu-name"
+GPU_RESOURCE = "nvidia.com/gpu"  # the extended resource name (extender.state.demand reads it)
 DISRUPTED_TAINT = "karpenter.sh/disrupted"
 # Capacity type and GPU model off Karpenter (docs/protocol.md §3, "Other clouds' node labels")
 EKS_CAPACITY_TYPE = "eks.amazonaws.com/capacityType"  # managed node groups
@@ -40,6 +42,9 @@ class NodeFacts(msgspec.Struct, frozen=True, gc=False):  # one per node: see sco
     unschedulable: bool = False
     cpu_allocatable_milli: int = 0  # 0: not known (no Node object, no agent allocatable)
     memory_allocatable_mib: int = 0
+    # nvidia.com/gpu in status.allocatable (a device plugin serves it); None: no Node object.
+    # 0 where a DeviceClass has extendedResourceName nvidia.com/gpu: DRA serves (KEP-5004).
+    gpu_allocatable: int | None = None
 
 
 def facts_from_labels(
@@ -93,7 +98,16 @@ def facts_from_node(node: Node) -> NodeFacts:
         unschedulable=bool(node.spec.unschedulable),
         cpu_allocatable_milli=cpu,
         memory_allocatable_mib=mem,
+        gpu_allocatable=_count((node.status.allocatable or {}).get(GPU_RESOURCE)),
     )
+
+
+def _count(text: str | None) -> int:
+    """An extended resource's allocatable count; absent or unreadable is 0 (none served)."""
+    try:
+        return quantity_to_int(text) if text else 0
+    except ValueError:
+        return 0
 
 
 def _int(text: str | None) -> int:

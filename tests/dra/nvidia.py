@@ -221,3 +221,16 @@ def allocated_claim(reserved_pods: list[tuple[str, str]]) -> dict[str, Any]:
 
 def copy_of(obj: dict[str, Any]) -> dict[str, Any]:
     return copy.deepcopy(obj)
+
+
+def shareable_slice(memory: str = "24Gi", policy: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The H100 node's GPUs as the driver publishes them with ``--consumable-shares=memory``:
+    ``allowMultipleAllocations`` and a ``memory`` capacity with a 1Mi step."""
+    rule = policy or {"default": "1Mi", "validRange": {"min": "1Mi", "step": "1Mi"}}
+    devices = []
+    for i, uuid in enumerate(H100_UUIDS):
+        device = h100_device(i, uuid)
+        device["allowMultipleAllocations"] = True
+        device["capacity"] = {"memory": {"value": memory, "requestPolicy": rule}}
+        devices.append(device)
+    return slice_for(H100_NODE, devices)

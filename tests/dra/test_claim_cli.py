@@ -96,3 +96,21 @@ def test_headroom_cli_registers_claim() -> None:
     assert done.returncode == 0, done.stderr
     (doc,) = yaml.safe_load_all(done.stdout)
     assert (doc["kind"], doc["metadata"]["name"]) == ("ResourceClaimTemplate", "gpu-20gi")
+
+
+def test_shared_asks_for_memory_of_one_shareable_gpu() -> None:
+    done = _claim("--memory", "20Gi", "--shared", "--model", "A10G|L4")
+    assert done.returncode == 0, done.stderr
+    (doc,) = yaml.safe_load_all(done.stdout)
+    assert doc["metadata"]["name"] == "gpu-20gi-shared"
+    exactly = doc["spec"]["spec"]["devices"]["requests"][0]["exactly"]
+    assert exactly["capacity"] == {"requests": {"memory": "20Gi"}}
+    assert exactly["count"] == 1
+    assert [s["cel"]["expression"] for s in exactly["selectors"]] == [
+        "device.allowMultipleAllocations",
+        "device.attributes['gpu.nvidia.com'].productName.matches('A10G|L4')",
+    ]
+    kubernetes_validate.validate(doc, "1.37", strict=True)
+    refused = _claim("--memory", "20Gi", "--shared", "--count", "2")
+    assert refused.returncode == 2
+    assert "--shared asks for memory of one device: --count must be 1" in refused.stderr

@@ -78,7 +78,9 @@ def test_shared_claim_gives_each_pod_a_decision_and_splits_the_grant() -> None:
         assert g.memory_mib == 10240  # consumedCapacity 20Gi, half each
         assert g.sharing is Sharing.DRA
         assert g.claim == "ml/trainer-0-gpu-8kq2p"
-        assert g.dra_device == f"gpu.nvidia.com/{nvidia.H100_NODE}/gpu-1"
+        # the share's own id: each consumer of a shareable device names its share
+        share = "7d3e1f0a-4c5b-4e6f-8a9b-0c1d2e3f4a5b"
+        assert g.dra_device == f"gpu.nvidia.com/{nvidia.H100_NODE}/gpu-1/{share}"
         assert g.mig_profile == ""
         assert abs(priced(g.price_per_hour) - whole / 2) < Decimal("1e-11")
     assert sum(priced(d.grants[0].price_per_hour) for d in decisions) == whole
@@ -99,6 +101,7 @@ def test_whole_device_without_consumed_capacity() -> None:
     (decision,) = _ingest(claim, [nvidia.h100_slice()])
     (g,) = decision.grants
     assert (g.memory_mib, g.gpu_total_mib, g.price_per_hour) == (81559, 81559, P5_GPU_HOUR)
+    assert g.dra_device == f"gpu.nvidia.com/{nvidia.H100_NODE}/gpu-1"  # no share: no share id
 
 
 def test_not_in_use_or_not_allocated_is_nothing() -> None:
@@ -264,3 +267,18 @@ def test_admin_access_results_are_not_billed() -> None:
     claim["status"]["allocation"]["devices"]["results"][0]["adminAccess"] = True
     kubernetes_validate.validate(claim, "1.37", strict=True)
     assert _ingest(claim, [nvidia.h100_slice()]) == []
+
+
+def test_two_shares_of_one_gpu_in_one_claim_are_one_row() -> None:
+    """Two requests of one claim can take two shares of the same shareable GPU; the ledger
+    keeps one row per pod and GPU, so they become one grant whose memory and price add up."""
+    claim = nvidia.allocated_claim(PODS[:1])
+    (first,) = claim["status"]["allocation"]["devices"]["results"]
+    second = {**first, "request": "gpu-2", "shareID": "8e4f2a1b-5d6c-4f7a-9b0c-1d2e3f4a5b6c"}
+    second["consumedCapacity"] = {"memory": "4Gi"}
+    claim["status"]["allocation"]["devices"]["results"].append(second)
+    (decision,) = _ingest(claim, [nvidia.h100_slice()])
+    (g,) = decision.grants
+    assert g.memory_mib == 20480 + 4096
+    assert priced(g.price_per_hour) == P5_GPU_HOUR * 20480 / 81559 + P5_GPU_HOUR * 4096 / 81559
+    assert g.dra_device.count(",") == 1 and first["shareID"] in g.dra_device

@@ -58,7 +58,7 @@ MAJOR_MINOR="${K8S_VERSION#v}"
 K8S_MAJOR="${MAJOR_MINOR%%.*}"
 K8S_MINOR="$(echo "$MAJOR_MINOR" | cut -d. -f2)"
 BUILD_DATE="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-# Same version stamping as kubernetes' hack/lib/version.sh, so /version says v1.36.x.
+# Same version stamping as kubernetes' hack/lib/version.sh, so /version says v1.37.x.
 K8S_LDFLAGS="-s -w"
 for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     K8S_LDFLAGS+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=$K8S_MAJOR"

@@ -28,8 +28,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SH = REPO_ROOT / "tests" / "e2e" / "build.sh"
 SCHEDULER_CONFIG = REPO_ROOT / "manifests" / "scheduler" / "kube-scheduler-config.yaml"
 
-# DRA is GA (locked on) in 1.36; these two are beta and default-on in 1.36, but are
-# named explicitly so the harness fails loudly if a future build drops or relocks them.
+# DRA is GA (locked on) since 1.35, and so are DRAExtendedResource (KEP-5004) and
+# DRAResourceClaimDeviceStatus in 1.37; these two are beta and default-on in 1.36 and 1.37,
+# but are named explicitly so the harness fails loudly if a future build drops or relocks them.
 # Passing a GA-and-locked gate with its locked value only logs a warning; setting it to
 # the other value is a startup error (see docs/e2e.md).
 FEATURE_GATES = "DRAConsumableCapacity=true,DRAPartitionableDevices=true"

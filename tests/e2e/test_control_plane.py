@@ -80,7 +80,7 @@ def nominated_node(core: Any, ns: str, pod: str) -> str | None:
 def test_apiserver_serves_dra_v1(e2e_cluster: ControlPlane, k8s_client: k8s.ApiClient) -> None:
     e2e_cluster.check_alive()
     version: Any = k8s.VersionApi(k8s_client).get_code()
-    assert version.git_version.startswith("v1.36."), version.git_version
+    assert version.git_version.startswith("v1.37."), version.git_version
 
     groups: Any = k8s.ApisApi(k8s_client).get_api_versions()
     resource_group = next(g for g in groups.groups if g.name == "resource.k8s.io")

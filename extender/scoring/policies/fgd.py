@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from extender.scoring import batch as nb
 from extender.scoring.fragmentation import fragmentation_delta, greedy_place, greedy_scores
+from extender.scoring.hostonly import host_scores
 from extender.scoring.model import GpuDemand, GpuView, NodeView
 from extender.scoring.policy import Context, by_index
 
@@ -47,3 +48,8 @@ class Fgd:
         self, b: nb.GpuBatch, rows: nb.Ints | None, demand: GpuDemand, ctx: Context
     ) -> tuple[nb.Bools, nb.Floats]:
         return greedy_scores(b, rows, demand, ctx.limits, ctx.mix, tie_by_free=False, tie=0.0)
+
+    def score_host_rows(
+        self, b: nb.GpuBatch, rows: nb.Ints, demand: GpuDemand, ctx: Context
+    ) -> nb.Floats:
+        return host_scores(b, rows, demand, ctx.limits, ctx.mix, balance=0.0)

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 
 from extender.scoring import batch as nb
 from extender.scoring.fragmentation import fragmentation_delta, greedy_place, greedy_scores
+from extender.scoring.hostonly import host_scores
 from extender.scoring.model import GpuDemand, GpuView, NodeView
 from extender.scoring.policy import (
     Context,
@@ -77,3 +78,8 @@ class Headroom:
         return greedy_scores(
             b, rows, demand, ctx.limits, ctx.mix, tie_by_free=True, tie=TIE, balance=BALANCE
         )
+
+    def score_host_rows(
+        self, b: nb.GpuBatch, rows: nb.Ints, demand: GpuDemand, ctx: Context
+    ) -> nb.Floats:
+        return host_scores(b, rows, demand, ctx.limits, ctx.mix, balance=BALANCE)

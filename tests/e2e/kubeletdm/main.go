@@ -39,7 +39,7 @@ import (
 	"time"
 	_ "unsafe" // go:linkname
 
-	cadvisorapi "github.com/google/cadvisor/info/v1"
+	cadvisorapi "github.com/google/cadvisor/lib/model"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -119,7 +119,7 @@ func run(socketDir, kubeconfig, node, resultsPath, podResourcesSocket string) er
 	}
 
 	// kubelet's default: topology manager policy "none", scope "container"
-	tm, err := topologymanager.NewManager(nil, topologymanager.PolicyNone, "container", nil)
+	tm, err := topologymanager.NewManager(logger, nil, topologymanager.PolicyNone, "container", nil)
 	if err != nil {
 		return err
 	}
@@ -239,7 +239,7 @@ func run(socketDir, kubeconfig, node, resultsPath, podResourcesSocket string) er
 func waitForResources(ctx context.Context, dm *devicemanager.ManagerImpl, pod *v1.Pod) {
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		_, allocatable, _ := dm.GetCapacity()
+		_, allocatable, _ := dm.GetCapacity(klog.FromContext(ctx))
 		missing := false
 		for _, c := range pod.Spec.Containers {
 			for name := range c.Resources.Limits {
@@ -282,7 +282,7 @@ func reject(ctx context.Context, cs kubernetes.Interface, pod *v1.Pod, res admis
 func admit(ctx context.Context, tm topologymanager.Manager, dm *devicemanager.ManagerImpl,
 	pod *v1.Pod, others []*v1.Pod) admission {
 	res := admission{Pod: pod.Namespace + "/" + pod.Name, UID: string(pod.UID)}
-	verdict := tm.Admit(&lifecycle.PodAdmitAttributes{Pod: pod, OtherPods: others, Operation: lifecycle.AddOperation})
+	verdict := tm.Admit(ctx, &lifecycle.PodAdmitAttributes{Pod: pod, OtherPods: others, Operation: lifecycle.AddOperation})
 	res.Admitted, res.Reason, res.Message = verdict.Admit, verdict.Reason, verdict.Message
 	if !verdict.Admit {
 		return res

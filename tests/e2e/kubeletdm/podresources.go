@@ -15,6 +15,7 @@ import (
 
 	"google.golang.org/grpc"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/kubernetes/pkg/kubelet/apis/podresources"
 	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
@@ -22,14 +23,16 @@ import (
 
 type devicesProvider struct{ dm *devicemanager.ManagerImpl }
 
-func (d devicesProvider) UpdateAllocatedDevices() { d.dm.UpdateAllocatedDevices() }
+func (d devicesProvider) UpdateAllocatedDevices(logger klog.Logger) {
+	d.dm.UpdateAllocatedDevices(logger)
+}
 
 func (d devicesProvider) GetDevices(podUID, containerName string) []*podresourcesapi.ContainerDevices {
 	return containerDevices(d.dm.GetDevices(podUID, containerName))
 }
 
-func (d devicesProvider) GetAllocatableDevices() []*podresourcesapi.ContainerDevices {
-	return containerDevices(d.dm.GetAllocatableDevices())
+func (d devicesProvider) GetAllocatableDevices(logger klog.Logger) []*podresourcesapi.ContainerDevices {
+	return containerDevices(d.dm.GetAllocatableDevices(logger))
 }
 
 // containerDevices is kubelet's containerDevicesFromResourceDeviceInstances (pkg/kubelet/cm,
@@ -62,17 +65,23 @@ func (p podsProvider) GetPodByName(namespace, name string) (*v1.Pod, bool) {
 
 type noCPUs struct{}
 
-func (noCPUs) GetCPUs(string, string) []int64 { return nil }
-func (noCPUs) GetAllocatableCPUs() []int64    { return nil }
+func (noCPUs) GetCPUs(*v1.Pod, *v1.Container) []int64 { return nil }
+func (noCPUs) GetPodCPUs(string) []int64              { return nil }
+func (noCPUs) GetAllocatableCPUs() []int64            { return nil }
 
 type noMemory struct{}
 
-func (noMemory) GetMemory(string, string) []*podresourcesapi.ContainerMemory { return nil }
-func (noMemory) GetAllocatableMemory() []*podresourcesapi.ContainerMemory    { return nil }
+func (noMemory) GetMemory(klog.Logger, *v1.Pod, *v1.Container) []*podresourcesapi.ContainerMemory {
+	return nil
+}
+func (noMemory) GetPodMemory(klog.Logger, string) []*podresourcesapi.ContainerMemory { return nil }
+func (noMemory) GetAllocatableMemory(klog.Logger) []*podresourcesapi.ContainerMemory {
+	return nil
+}
 
 type noDRA struct{}
 
-func (noDRA) GetDynamicResources(*v1.Pod, *v1.Container) []*podresourcesapi.DynamicResource {
+func (noDRA) GetDynamicResources(klog.Logger, *v1.Pod, *v1.Container) []*podresourcesapi.DynamicResource {
 	return nil
 }
 
@@ -92,13 +101,13 @@ func servePodResources(ctx context.Context, socket string, providers podresource
 // podResourcesOf asks the pod-resources socket, as a client would, which devices each
 // container of the pod holds: resource -> device ids, per container name.
 func podResourcesOf(socket, namespace, name string) (map[string]map[string][]string, error) {
-	client, conn, err := podresources.GetV1Client("unix://"+socket, 5*time.Second, 16*1024*1024)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	client, conn, err := podresources.GetV1Client(ctx, "unix://"+socket, 5*time.Second, 16*1024*1024)
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
 	resp, err := client.Get(ctx, &podresourcesapi.GetPodResourcesRequest{PodName: name, PodNamespace: namespace})
 	if err != nil {
 		return nil, err
