@@ -3,9 +3,10 @@ received, and the hash chain covers every receipt. On a SQLite file and on Postg
 
 from __future__ import annotations
 
+from dataclasses import replace
 from decimal import Decimal
 
-from extender.core.allocation import EventKind
+from extender.core.allocation import EventKind, Sharing
 from extender.core.received import Held
 from extender.ledger import chargeback_report, open_ledger
 from extender.ledger.base import Ledger
@@ -124,3 +125,28 @@ def verify_ok(ledger: Ledger) -> bool:
     report = ledger.verify_chain()
     assert report.ok, report.reason
     return True
+
+
+def test_a_dra_grant_is_received_when_kubelet_lists_its_device(
+    ledger: Ledger, clock: ManualClock
+) -> None:
+    t = clock.now()
+    ledger.record_node(NODE, GPUS, Decimal("4.00"), t)
+    dra = replace(
+        grant("GPU-2", 20 * GIB),
+        sharing=Sharing.DRA,
+        claim="ml/c1",
+        dra_device="gpu.nvidia.com/node-a/gpu-2",
+    )
+    ledger.record_decision(decision("claimer", dra, at=t))
+    other = Held("claimer", NODE.name, (), ("gpu.nvidia.com/node-a/gpu-0",))
+    assert ledger.record_received(other, t + 1) == []  # not its device: not settled
+    mine = Held("claimer", NODE.name, (), ("gpu.nvidia.com/node-a/gpu-2",))
+    (r,) = ledger.record_received(mine, t + 2)
+    assert (r.gpu_uuid, r.matches, r.memory_mib, r.price_per_hour, r.devices) == (
+        "GPU-2",
+        True,
+        20 * GIB,
+        dra.price_per_hour,
+        "gpu.nvidia.com/node-a/gpu-2",
+    )
