@@ -30,6 +30,11 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--policy", choices=sorted(POLICIES), help="placement policy (default headroom)")
     p.add_argument("--cost-weight", type=float, help="weight of the cost term (default 1)")
     p.add_argument("--stale-after", type=float, help="seconds before a report is stale (30)")
+    p.add_argument(
+        "--ack-timeout",
+        type=float,
+        help="seconds a grant on a device-plugin node waits for the plugin's ack (60)",
+    )
     p.add_argument("--margin-mib", type=int, help="safety margin kept free per GPU (512)")
     p.add_argument("--price-file", help="JSON/YAML price overrides (instance types, spot)")
     p.add_argument(

@@ -27,6 +27,10 @@ class Settings(BaseSettings):
     cost_weight: float = Field(1.0, ge=0)
     policy_weight: float = Field(1.0, gt=0)
     stale_after: float = Field(30.0, gt=0, description="seconds before a report is stale")
+    # on nodes labelled headroom.dev/device-plugin=true, a bound grant holds the node's
+    # next GPU pod back until the plugin acknowledges it, at most this long; then it is
+    # an `unacknowledged` discrepancy and the node is free (docs/device-plugin.md)
+    ack_timeout: float = Field(60.0, gt=0, le=3600)
     # after each agent report and bind, the plans of the shapes filtered in the last
     # refresh_window seconds (at most refresh_shapes) are brought up to date, so the next
     # pod's filter does not do it (extender/scheduling/hotshapes.py); 0 turns it off

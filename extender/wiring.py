@@ -70,6 +70,7 @@ def build(settings: Settings, clock: Clock | None = None, binder: Binder | None 
         refresh_shapes=settings.refresh_shapes,
         refresh_window=settings.refresh_window,
         bind_wait=settings.bind_wait,
+        ack_timeout=settings.ack_timeout,
         ledger_deadline=settings.ledger_timeout + 0.5,  # the database's own timeouts first
     )
     service = SchedulingService(

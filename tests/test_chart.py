@@ -66,6 +66,7 @@ EQUIVALENT = {
     "base": AS_KUSTOMIZE,
     "overlays/default-profile": [*AS_KUSTOMIZE, "--set", "scheduler.profileName=default-scheduler"],
     "overlays/postgres-ha": [*AS_KUSTOMIZE, "-f", str(HA_VALUES)],
+    "overlays/device-plugin": [*AS_KUSTOMIZE, "--set", "devicePlugin.enabled=true"],
 }
 VARIANTS = {
     "defaults": [],

@@ -31,6 +31,7 @@ import yaml
 
 from extender.kube.binder import BIND_DEADLINE_S
 from extender.settings import Settings
+from tests.crd_schemas import NODEOVERLAY_API, nodeoverlay_errors
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFESTS = ROOT / "manifests"
@@ -78,6 +79,24 @@ BUILDS: dict[str, dict[str, int]] = {
     "base": {**_COMMON, "PersistentVolumeClaim": 1},
     "overlays/default-profile": {**_COMMON, "PersistentVolumeClaim": 1},
     "overlays/postgres-ha": {**_COMMON, "PodDisruptionBudget": 1, "Service": 2},
+    "overlays/device-plugin": {
+        **_COMMON,
+        "PersistentVolumeClaim": 1,
+        "ServiceAccount": 3,
+        "ClusterRole": 2,
+        "ClusterRoleBinding": 4,
+        "DaemonSet": 2,
+        "ValidatingAdmissionPolicy": 1,
+        "ValidatingAdmissionPolicyBinding": 1,
+    },
+    "device-plugin": {
+        "ServiceAccount": 1,
+        "ClusterRole": 1,
+        "ClusterRoleBinding": 1,
+        "DaemonSet": 1,
+        "ValidatingAdmissionPolicy": 1,
+        "ValidatingAdmissionPolicyBinding": 1,
+    },
     "examples": {"DeviceClass": 1, "ResourceClaimTemplate": 1, "Pod": 2},
     "scheduler": {"ConfigMap": 1},
     "grafana": {"ConfigMap": 1},
@@ -86,6 +105,7 @@ EXPECTED_PROFILE = {
     "base": "headroom",
     "overlays/default-profile": "default-scheduler",
     "overlays/postgres-ha": "headroom",
+    "overlays/device-plugin": "headroom",
 }
 
 SCHEDULER_CONFIG = MANIFESTS / "scheduler" / "kube-scheduler-config.yaml"
@@ -134,7 +154,14 @@ def object_files() -> list[Path]:
 
 
 def validate(doc: dict[str, Any], where: str) -> None:
-    """Strict schema validation; a missing schema fails too (no silent pass)."""
+    """Strict schema validation; a missing schema fails too (no silent pass). Karpenter's
+    NodeOverlay is not a Kubernetes kind: it is checked against its CRD's schema
+    (``tests/crd_schemas.py``)."""
+    if doc.get("apiVersion") == NODEOVERLAY_API and doc.get("kind") == "NodeOverlay":
+        problems = nodeoverlay_errors(doc)
+        if problems:
+            pytest.fail(f"{where}: NodeOverlay/{doc['metadata'].get('name')}: {problems}")
+        return
     try:
         kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
     except kubernetes_validate.ValidationError as e:
@@ -679,7 +706,12 @@ def test_built_pods_are_locked_down(kustomize: str, target: str) -> None:
     assert pods
     for where, spec in pods:
         psc = spec.get("securityContext", {})
-        assert psc.get("runAsNonRoot") is True, where
+        if where == "DaemonSet/headroom-device-plugin":
+            # root, for the socket in kubelet's root-owned directory, and nothing more:
+            # every capability dropped below (manifests/device-plugin)
+            assert psc.get("runAsUser") == 0 and psc.get("runAsNonRoot") is False, where
+        else:
+            assert psc.get("runAsNonRoot") is True, where
         assert psc.get("seccompProfile", {}).get("type") == "RuntimeDefault", where
         assert not spec.get("hostNetwork"), where
         for c in spec["containers"] + spec.get("initContainers", []):

@@ -43,6 +43,8 @@ class EventKind(StrEnum):
     RECEIVED = "received"  # what a grant's pod holds per kubelet, and what it is billed
     NODE_PERIOD = "node-period"  # a node's price period opened (what its GPUs cost)
     NODE_PERIOD_CLOSED = "node-period-closed"  # ... and closed
+    ACKNOWLEDGED = "acknowledged"  # the node's device plugin admitted the pod's grant
+    UNACKNOWLEDGED = "unacknowledged"  # ... did not, within the extender's ack timeout
 
 
 @dataclass(frozen=True)

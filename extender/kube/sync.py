@@ -3,6 +3,8 @@
 - Node added/changed -> inventory facts (labels, taints, deletion); Node deleted ->
   its allocations end with reason ``node-deleted`` (consolidation, spot interruption).
 - Pod Running -> ``started``; Succeeded/Failed/deleted -> released with that reason.
+- A bound pod's ``headroom.dev/allocated`` -> the device plugin's acknowledgement of
+  its grant (``scheduling/acks.py``); a sweep ends waits past the ack timeout.
 - On every (re-)list: ledger allocations whose pod no longer exists are released, and
   live pods carrying a grant annotation but unknown to the ledger are re-reserved, so a
   restart neither loses nor double-counts a reservation.
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -27,6 +30,7 @@ from extender.scheduling.service import SchedulingService
 from extender.state.host import pod_requests
 from extender.state.nodefacts import facts_from_node
 from extender.state.podcache import pod_ref
+from extender.wire.annotations import ANN_UNACKNOWLEDGED
 from extender.wire.protocol import Node, Pod
 
 log = logging.getLogger("headroom.kube.sync")
@@ -44,6 +48,7 @@ class ClusterSync:
     def __init__(self, api: client.ApiClient, service: SchedulingService) -> None:
         self.service = service
         self.dyn = DynamicClient(api)
+        self.core = client.CoreV1Api(api)
         self.stop = threading.Event()
         self._pending: dict[str, dict[str, Any]] = {}  # uid -> Pending pod (bind fallback)
         self._started: set[str] = set()
@@ -72,6 +77,31 @@ class ClusterSync:
     def start(self) -> None:
         for w in self.watchers:
             w.start()
+        threading.Thread(target=self._expire_acks, name="ack-expiry", daemon=True).start()
+
+    def _expire_acks(self) -> None:
+        """Once a second: grants whose device plugin did not acknowledge them in time
+        stop holding their node (scheduling/acks.py). Each such pod is annotated: the
+        update is the cluster event on which kube-scheduler retries the pods that were
+        refused the node while it waited (nothing else would tell it the node is free)."""
+        while not self.stop.wait(1.0):
+            try:
+                expired = self.service.expire_acks()
+            except Exception:
+                log.exception("ack expiry failed; retrying")
+                continue
+            for a in expired:
+                self._mark_unacknowledged(a.pod)
+
+    def _mark_unacknowledged(self, pod: str) -> None:
+        namespace, _, name = pod.partition("/")
+        now = self.service.clock.now()
+        at = datetime.fromtimestamp(now, UTC).isoformat(timespec="seconds")
+        body = {"metadata": {"annotations": {ANN_UNACKNOWLEDGED: at}}}
+        try:
+            self.core.patch_namespaced_pod(name, namespace, body, _request_timeout=5)
+        except Exception as e:  # gone meanwhile, or the API is away: the 5-minute requeue
+            log.warning("cannot annotate unacknowledged pod", extra={"pod": pod, "error": str(e)})
 
     def wait_synced(self, timeout: float) -> bool:
         return all(w.synced.wait(timeout) for w in self.watchers)
@@ -130,7 +160,8 @@ class ClusterSync:
         elif phase in ENDED:
             self._end(uid, ENDED[phase])
         elif node:
-            cpu, memory = pod_requests(msgspec.convert(obj, Pod))
+            pod = msgspec.convert(obj, Pod)
+            cpu, memory = pod_requests(pod)
             self.service.pod_on_node(uid, node, cpu, memory)
             self.service.readopt(
                 uid,
@@ -139,6 +170,7 @@ class ClusterSync:
                 node,
                 meta.get("annotations") or {},
             )
+            self.service.acknowledgement(pod, node)
             if phase == "Running" and uid not in self._started:
                 self._started.add(uid)
                 self.service.started(uid)

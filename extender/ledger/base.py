@@ -93,6 +93,20 @@ class Ledger(Protocol):
         returns the receipts new or changed, each also a ``received`` event."""
         ...
 
+    def record_ack(
+        self,
+        pod_uid: str,
+        pod: str,
+        node: str,
+        slots: Sequence[str],
+        gpu_uuids: Sequence[str],
+        waited_s: float,
+        at: float,
+    ) -> None:
+        """An ``acknowledged`` event: the node's device plugin gave the pod ``slots``
+        on ``gpu_uuids``, seen ``waited_s`` after the bind (no row changes)."""
+        ...
+
     def record_node(
         self,
         node: NodeRef,

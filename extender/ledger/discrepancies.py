@@ -1,4 +1,5 @@
-"""The ``discrepancies`` table: overrun, leak, unaccounted and mismatch findings, deduplicated.
+"""The ``discrepancies`` table: overrun, leak, unaccounted, unacknowledged and mismatch
+findings, deduplicated.
 
 Agents report the same finding every few seconds while it lasts; one row per finding
 (count, last and largest amount) keeps the table and the event trail bounded. A
@@ -15,7 +16,13 @@ from extender.ledger.named import Shape, fetch_one
 from extender.ledger.records import DiscrepancyRecord
 from extender.ledger.trail import Tx
 
-DISCREPANCY_KINDS = (EventKind.OVERRUN, EventKind.LEAK, EventKind.UNACCOUNTED, EventKind.MISMATCH)
+DISCREPANCY_KINDS = (
+    EventKind.OVERRUN,
+    EventKind.LEAK,
+    EventKind.UNACCOUNTED,
+    EventKind.UNACKNOWLEDGED,
+    EventKind.MISMATCH,
+)
 DISCREPANCY_GAP_S = 300.0  # unseen this long: the finding is over; a new one opens next time
 
 DISCREPANCY = Shape(DiscrepancyRecord)

@@ -34,7 +34,7 @@ from extender.core.allocation import (
     Status,
 )
 from extender.core.received import Held, Receipt
-from extender.ledger import allocations, capacity, discrepancies, nodes, receipts, trail
+from extender.ledger import acks, allocations, capacity, discrepancies, nodes, receipts, trail
 from extender.ledger.chain import GENESIS, verify
 from extender.ledger.dialect import Cursor, Dialect, Hooks, NullHooks, UniqueConflict
 from extender.ledger.discrepancies import DISCREPANCY_GAP_S
@@ -266,17 +266,27 @@ class SqlLedger:
         with self._write("record_received") as tx:
             changed = receipts.record(tx, held, at)
         for r in changed:
-            log.info(
-                "receipt recorded",
-                extra={
-                    "event": "ledger.received",
-                    "pod_uid": held.pod_uid,
-                    "allocation": r.allocation_id,
-                    "granted_gpu": r.granted_gpu,
-                    "received_gpu": r.gpu_uuid,
-                },
-            )
+            moved = {"allocation": r.allocation_id, "granted": r.granted_gpu, "got": r.gpu_uuid}
+            extra = {"event": "ledger.received", "pod_uid": held.pod_uid, **moved}
+            log.info("receipt recorded", extra=extra)
         return changed
+
+    def record_ack(
+        self,
+        pod_uid: str,
+        pod: str,
+        node: str,
+        slots: Sequence[str],
+        gpu_uuids: Sequence[str],
+        waited_s: float,
+        at: float,
+    ) -> None:
+        with self._write("record_ack") as tx:
+            acks.record_ack(tx, pod_uid, pod, node, slots, gpu_uuids, waited_s, at)
+        log.info(
+            "grant acknowledged by the device plugin",
+            extra={"event": "ledger.acknowledged", "pod_uid": pod_uid, "node": node},
+        )
 
     # ---- nodes ----------------------------------------------------------------------
     def record_node(

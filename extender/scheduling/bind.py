@@ -34,6 +34,7 @@ from extender.ledger.metrics import SCHEDULING
 from extender.ledger.records import AllocationFilter
 from extender.pricing import NodePrice
 from extender.pricing.mig import mig_share
+from extender.scheduling.acks import Acks
 from extender.scheduling.asks import Asks
 from extender.scheduling.binder import Binder, BindError
 from extender.scheduling.config import ServiceConfig
@@ -73,6 +74,7 @@ class Binding:
     ) -> None:
         self.evaluator, self.inventory, self.asks = evaluator, evaluator.inventory, asks
         self.ledger, self.binder, self.clock, self.config = ledger, binder, clock, config
+        self.acks = Acks(self.inventory, ledger, clock, config.ack_timeout)
         # pods bind was not shown by filter: the watch cache after a restart (kube/sync)
         self.lookup: Callable[[str], Pod | None] = lambda uid: None
         self._binding = InFlight()
@@ -131,7 +133,10 @@ class Binding:
             decision, grants = self._decide(seen, args.Node)
         except BindRefused as e:
             return ExtenderBindingResult(Error=str(e))
-        return self._record_and_bind(args, decision, grants)
+        result = self._record_and_bind(args, decision, grants)
+        if result.Error:
+            self.acks.drop(args.PodUID)
+        return result
 
     def _rebind(self, args: ExtenderBindingArgs, existing: list[Grant]) -> ExtenderBindingResult:
         """A retry of a pod that holds its GPUs already (after a restart, or a bind whose
@@ -194,6 +199,10 @@ class Binding:
             ]
             if not self.inventory.reserve(grants):  # bind holds the pod's turn: cannot be
                 raise BindRefused(f"pod {ref.uid} already holds a reservation")
+            # the node's device plugin must acknowledge this grant before the next one
+            # (unavailable() above refused while another waits); released if bind fails
+            plugin_gpus = [] if seen.demand.mig_profile else [g.gpu_uuid for g in grants]
+            self.acks.hold(node_name, ref.uid, f"{ref.namespace}/{ref.name}", plugin_gpus)
             d = seen.demand  # its CPU and memory count on the node until it is released
             self.inventory.pod_requests(ref.uid, node_name, d.cpu_milli, d.host_memory_mib)
         return decision, grants

@@ -21,3 +21,6 @@ class ServiceConfig:
     bind_wait: float = 4.0
     # the bind path's ledger calls answer within this even if the database is frozen
     ledger_deadline: float = 3.5
+    # a grant on a node labelled for headroom's device plugin waits at most this long for
+    # the plugin's acknowledgement before the node takes the next GPU pod (acks.py)
+    ack_timeout: float = 60.0

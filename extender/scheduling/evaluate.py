@@ -23,6 +23,7 @@ from extender.dra.feasibility import (
 )
 from extender.dra.kquantity import mib_ceil
 from extender.dra.state import DraState
+from extender.scheduling.acks import waiting_reason
 from extender.scheduling.plans import Failure, Outcome
 from extender.scoring import Context, Evaluation, Limits, Policy, evaluate
 from extender.scoring.batch import Floats, Ints, unfit
@@ -118,13 +119,17 @@ class Evaluator:
             return RETRY, False
         return self.unavailable(name, now) or RETRY, True
 
-    def unavailable(self, name: str, now: float) -> str:
-        """Why no new GPU pod may go to the node now ("" when it may)."""
+    def unavailable(self, name: str, now: float, plugin: bool = True) -> str:
+        """Why no new GPU pod may go to the node now ("" when it may). ``plugin``: the pod
+        asks for device-plugin GPUs, so a grant the node's plugin has not acknowledged
+        yet holds it back (``acks``); DRA pods are not served by the plugin."""
         facts = self.inventory.facts(name)
         if facts is not None and facts.disrupted:
             return "node is being disrupted or deleted (karpenter.sh/disrupted); no new GPU pods"
         if self.inventory.draining(name):
             return "Karpenter is deleting this node's NodeClaim; no new GPU pods"
+        if plugin and (awaiting := self.inventory.awaiting(name)) is not None:
+            return waiting_reason(*awaiting, now)
         received = self.inventory.received_at(name)
         if received is None:
             hint = ""
@@ -173,7 +178,7 @@ class Evaluator:
     def _dra_one(self, name: str, claim: Claim | None, now: float) -> Evaluation:
         """The claim fits the node's ResourceSlices, scored by the measured headroom of
         the GPUs it would get (all of the node's until the claim is known)."""
-        reason = self.unavailable(name, now)
+        reason = self.unavailable(name, now, plugin=False)
         if reason:
             return Evaluation(False, reason, unresolvable=True)
         view = self.inventory.view(name)

@@ -19,6 +19,7 @@ from extender.core.allocation import Allocation, PodRef
 from extender.dra.state import DraState
 from extender.ledger.base import Ledger
 from extender.scheduling import preempt
+from extender.scheduling.acks import Awaited, ack_seen
 from extender.scheduling.asks import Asks
 from extender.scheduling.bind import Binding
 from extender.scheduling.binder import Binder
@@ -118,13 +119,16 @@ class SchedulingService:
         return self.lifecycle.rebuild()
 
     def release(self, pod_uid: str, reason: str) -> int:
-        """The pod ended: its ledger rows ended, then its reservations freed."""
+        """The pod ended: its ledger rows ended, then its reservations freed (and its
+        node no longer waits for its acknowledgement)."""
+        self.binding.acks.drop(pod_uid)
         return self.lifecycle.release(pod_uid, reason)
 
     def started(self, pod_uid: str) -> None:
         self.lifecycle.started(pod_uid)
 
     def node_gone(self, node: str, reason: str) -> int:
+        self.binding.acks.node_gone(node)
         return self.lifecycle.node_gone(node, reason)
 
     def ingest_claim(self, claim: dict, pods: dict[str, PodRef]) -> int:
@@ -137,6 +141,7 @@ class SchedulingService:
         pods bind was not shown by filter (the watch cache after a restart)."""
         self.evaluator.dra = dra
         self.binding.lookup = lookup
+        self.binding.acks.enabled = True  # the pod watch shows the plugin's acknowledgements
 
     def pod_on_node(self, uid: str, node: str, cpu_milli: int, memory_mib: int) -> None:
         """A pod (any scheduler's) is on ``node`` requesting this CPU and memory."""
@@ -170,6 +175,15 @@ class SchedulingService:
     def holds(self, pod_uid: str) -> bool:
         """Whether the pod holds anything: a reservation or a ledger row."""
         return self.lifecycle.holds(pod_uid)
+
+    def acknowledgement(self, pod: Pod, node: str) -> None:
+        """A bound pod as the watch sees it: its device plugin's acknowledgement (or its
+        absence) for the grant on ``node`` (``acks``)."""
+        ack_seen(self.binding.acks, pod, node)
+
+    def expire_acks(self) -> list[Awaited]:
+        """Waits for an acknowledgement past the timeout end (each a discrepancy)."""
+        return self.binding.acks.expire()
 
     def readopt(self, uid: str, namespace: str, name: str, node: str, ann: dict[str, str]) -> None:
         """A bound pod whose GPUs the inventory does not hold: reserved again."""

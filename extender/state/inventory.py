@@ -15,7 +15,6 @@ from __future__ import annotations
 import threading
 from collections import defaultdict
 from collections.abc import Collection
-from dataclasses import dataclass
 
 import msgspec
 
@@ -23,20 +22,13 @@ from extender.pricing import NodePrice, PriceBook
 from extender.scoring.model import GpuView, NodeView, Overrun
 from extender.state.columns import NodeColumns
 from extender.state.committed import committed
+from extender.state.grant import Grant, ReportRefused
 from extender.state.host import HostLoad, allocatable_of
 from extender.state.measured import MeasuredGpu, measured_gpus
 from extender.state.nodefacts import NodeFacts, facts_from_labels
 from extender.wire.report import NodeReport, PodGrant
 
-
-@dataclass(frozen=True, slots=True)
-class Grant:
-    pod_uid: str
-    namespace: str
-    name: str
-    node: str
-    gpu_uuid: str
-    memory_mib: int  # reserved on that GPU (a whole GPU reserves its total)
+__all__ = ["Grant", "Inventory", "ReportRefused"]
 
 
 class _Node(msgspec.Struct, gc=False):  # one per node, no cycles: see scoring.model
@@ -48,10 +40,7 @@ class _Node(msgspec.Struct, gc=False):  # one per node, no cycles: see scoring.m
     view: NodeView | None = None
     price: NodePrice | None = None
     draining: bool = False  # Karpenter is deleting this node's NodeClaim
-
-
-class ReportRefused(ValueError):
-    """An agent report that would corrupt another node's state; the message says why."""
+    awaiting: tuple[str, float] | None = None  # a grant not yet acknowledged: (pod, since)
 
 
 class Inventory:
@@ -145,12 +134,20 @@ class Inventory:
 
     def set_draining(self, name: str, draining: bool) -> None:
         """Karpenter's NodeClaim for this node is being deleted: no new GPU pods."""
+        self._set(name, "draining", draining)
+
+    def set_awaiting(self, name: str, awaiting: tuple[str, float] | None) -> None:
+        """A grant on the node awaits its device plugin's acknowledgement (the pod, when
+        bound), or none does: no new GPU pods while one does (scheduling/acks.py)."""
+        self._set(name, "awaiting", awaiting)
+
+    def _set(self, name: str, field: str, value: object) -> None:
         with self._lock:
             node = self._nodes.get(name)
             if node is None:
                 node = self._nodes[name] = _Node(facts_from_labels(name, {}))
-            if node.draining != draining:
-                node.draining = draining
+            if getattr(node, field) != value:
+                setattr(node, field, value)
                 self._touch(name)
 
     def empty_like(self) -> Inventory:
@@ -163,8 +160,10 @@ class Inventory:
             self._columns.name_known(name, token, wire_id)
 
     def draining(self, name: str) -> bool:
-        node = self._nodes.get(name)
-        return node is not None and node.draining
+        return bool((node := self._nodes.get(name)) and node.draining)
+
+    def awaiting(self, name: str) -> tuple[str, float] | None:
+        return node.awaiting if (node := self._nodes.get(name)) else None
 
     def remove_node(self, name: str) -> None:
         with self._lock:
@@ -292,7 +291,7 @@ class Inventory:
         if node is None or node.received_at is None or view is None:
             self._columns.drop(name)
         else:
-            usable = not (node.facts.disrupted or node.draining)
+            usable = not (node.facts.disrupted or node.draining or node.awaiting)
             self._columns.write(view, node.received_at, usable, self._seq)
 
     def view(self, name: str) -> NodeView | None:

@@ -27,6 +27,10 @@ GKE_PREEMPTIBLE = "cloud.google.com/gke-preemptible"  # "true" on preemptible VM
 GKE_NODEPOOL = "cloud.google.com/gke-nodepool"
 GKE_ACCELERATOR = "cloud.google.com/gke-accelerator"  # e.g. nvidia-l4, nvidia-tesla-t4
 AKS_PRIORITY = "kubernetes.azure.com/scalesetpriority"  # "spot" on spot pools
+# Set by the operator where headroom's device plugin runs (its DaemonSet's nodeSelector):
+# the extender then waits for the plugin's acknowledgement of each grant on the node
+# before it binds the next GPU pod there (scheduling/acks.py, docs/device-plugin.md)
+DEVICE_PLUGIN = "headroom.dev/device-plugin"
 
 
 class NodeFacts(msgspec.Struct, frozen=True, gc=False):  # one per node: see scoring.model
@@ -45,6 +49,7 @@ class NodeFacts(msgspec.Struct, frozen=True, gc=False):  # one per node: see sco
     # nvidia.com/gpu in status.allocatable (a device plugin serves it); None: no Node object.
     # 0 where a DeviceClass has extendedResourceName nvidia.com/gpu: DRA serves (KEP-5004).
     gpu_allocatable: int | None = None
+    device_plugin: bool = False  # headroom's device plugin serves the node's GPUs (DEVICE_PLUGIN)
 
 
 def facts_from_labels(
@@ -60,6 +65,7 @@ def facts_from_labels(
         gpu_memory_mib_hint=_int(labels.get(GPU_MEMORY)),
         gpu_model_hint=labels.get(GPU_NAME) or labels.get(GKE_ACCELERATOR, ""),
         disrupted=deleting or DISRUPTED_TAINT in taint_keys,
+        device_plugin=labels.get(DEVICE_PLUGIN) == "true",
     )
 
 

@@ -7,7 +7,9 @@ with Kubernetes, so each key is spelled once here.
   ``ANN_GPU_UUIDS`` (comma-separated GPU or MIG UUIDs) and ``ANN_GPU_MEMORY_MIB``
   (the memory granted per GPU, in MiB);
 - written by the node's device plugin: ``ANN_ALLOCATED`` (the slots kubelet's Allocate
-  acknowledged for the grant).
+  acknowledged for the grant);
+- written by the extender when that acknowledgement did not come in time:
+  ``ANN_UNACKNOWLEDGED``.
 """
 
 from __future__ import annotations
@@ -20,3 +22,8 @@ ANN_ALLOCATED = "headroom.dev/allocated"
 """Written by the node's device plugin when kubelet's Allocate for the pod succeeded: the
 comma-separated device (slot) ids it acknowledged, ``<GPU-UUID>::<k>``. A grant without it
 is bound but not yet admitted on the node."""
+ANN_UNACKNOWLEDGED = "headroom.dev/unacknowledged"
+"""Written by the extender on a pod whose grant the node's device plugin did not
+acknowledge within ``--ack-timeout`` (the time it gave up, RFC 3339). Besides telling a
+person, the update is a cluster event: kube-scheduler retries the pods that waited for the
+node, which no longer waits (extender/scheduling/acks.py)."""

@@ -157,6 +157,16 @@ class Plugin:
     def stop(self) -> None:
         _stop(self.proc)
 
+    def wait_registered(self, timeout: float = 90) -> None:
+        """Until this start's plugin has registered with kubelet (a loaded machine can
+        take longer to start it than kubelet waits for a resource before admitting)."""
+        log = self.logs / f"device-plugin-{self.node}-{self.starts - 1}.log"
+        wait_for(
+            lambda: "registered nvidia.com/gpu with kubelet" in log.read_text(errors="replace"),
+            f"device plugin of {self.node} registered",
+            timeout,
+        )
+
 
 def wait_for(cond: Any, what: str, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout

@@ -182,9 +182,9 @@ def test_scheduled_pods_run_on_the_ledgers_gpus(
     """The whole chain: kube-scheduler, the extender's bind (ledger + annotations), kubelet's
     device manager, the plugin. Each container's GPUs and memory limit are the ledger's.
 
-    Pods are created one after another (each admitted before the next is bound): the
-    extender rule that keeps a node unambiguous while a grant is unacknowledged is not
-    built yet (docs/device-plugin.md).
+    Pods are created one after another (each admitted before the next is bound) on a
+    node without the plugin label, so the extender does not wait for acknowledgements;
+    the burst through the waiting rule is tests/e2e/test_device_plugin_burst.py.
     """
     core: Any = k8s.CoreV1Api(k8s_client)
     node = make_node("dp-chain", gpus=4, capacity_type="on-demand")  # 2 GPUs x 2 slots

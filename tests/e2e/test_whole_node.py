@@ -62,7 +62,7 @@ def test_pods_of_any_scheduler_take_cpu_until_they_go(
 
     assert until(lambda: filtered()["NodeNames"] == [node], "the empty node passes")
     # a pod placed by someone else (spec.nodeName set: no scheduler involved) asks 6 cores
-    other = {
+    other: Any = {
         "metadata": {"name": "other"},
         "spec": {
             "nodeName": node,
