@@ -195,7 +195,7 @@ def test_headroom_plugin_node_receives_exactly_its_grants(
         reporter.start()
         kube_scheduler(headroom.url)
         uids = []
-        # one after another: the unacknowledged-grant rule is another change (docs)
+        # one after another, each admitted before the next is created
         for name, memory in (("c", "20Gi"), ("a", "10Gi"), ("b", "10Gi")):
             core.create_namespaced_pod(namespace, pod_body(name, memory))
             uids.append(uid_of(wait_bound(core, namespace, name)))
