@@ -24,6 +24,7 @@ from drivers.agent.server import MetricsServer
 from drivers.attribution.cgroup import ProcAttributor
 from drivers.attribution.pods import Attributor, CachedAttributor
 from drivers.gpu.base import GpuDriver
+from drivers.podresources.client import KUBELET_POD_RESOURCES, PodResourcesClient
 from extender.wire.clock import SystemClock
 from extender.wire.logs import setup_logging
 from extender.wire.tls import CertReloader
@@ -109,6 +110,14 @@ def add_agent_command(
         default="/proc",
         help="host /proc (the agent needs hostPID: true; NVML returns host PIDs)",
     )
+    p.add_argument(
+        "--pod-resources-socket",
+        default=KUBELET_POD_RESOURCES,
+        metavar="PATH",
+        help="kubelet's pod-resources socket: each report says which devices every pod "
+        "holds (the truth the ledger bills); absent socket = not reported (logged once), "
+        "'' turns it off (default %(default)s)",
+    )
     p.add_argument("--log-level", default="INFO")
     p.set_defaults(func=run_agent_command)
     return p
@@ -164,6 +173,8 @@ def run_agent_command(args: argparse.Namespace) -> int:
 
 
 def _once(driver: GpuDriver, attribute: Attributor, args: argparse.Namespace) -> int:
+    socket = args.pod_resources_socket
+    pod_resources = PodResourcesClient(socket) if socket else None
     agent = Agent(
         driver,
         args.node,
@@ -172,8 +183,13 @@ def _once(driver: GpuDriver, attribute: Attributor, args: argparse.Namespace) ->
         interval_s=args.interval,
         labels=args.labels,
         allocatable=args.allocatable,
+        received=pod_resources.list if pod_resources else None,
     )
-    report = agent.sample()
+    try:
+        report = agent.sample()
+    finally:
+        if pod_resources is not None:
+            pod_resources.close()
     sys.stdout.buffer.write(msgspec.json.encode(report) + b"\n")
     sys.stdout.flush()
     return 0
@@ -181,6 +197,9 @@ def _once(driver: GpuDriver, attribute: Attributor, args: argparse.Namespace) ->
 
 def _loop(driver: GpuDriver, attribute: Attributor, args: argparse.Namespace) -> int:
     metrics = AgentMetrics()
+    pod_resources = (
+        PodResourcesClient(args.pod_resources_socket) if args.pod_resources_socket else None
+    )
     sender = ReportSender(
         args.extender,
         args.token_file,
@@ -197,6 +216,7 @@ def _loop(driver: GpuDriver, attribute: Attributor, args: argparse.Namespace) ->
         interval_s=args.interval,
         labels=args.labels,
         allocatable=args.allocatable,
+        received=pod_resources.list if pod_resources else None,
     )
     server = None
     if args.metrics_port:
@@ -222,6 +242,7 @@ def _loop(driver: GpuDriver, attribute: Attributor, args: argparse.Namespace) ->
                 "extender": args.extender,
                 "interval_s": args.interval,
                 "metrics_port": server.port if server else None,
+                "pod_resources_socket": args.pod_resources_socket or None,
             }
         },
     )
@@ -229,6 +250,8 @@ def _loop(driver: GpuDriver, attribute: Attributor, args: argparse.Namespace) ->
         agent.run(stop)
     finally:
         sender.close()
+        if pod_resources is not None:
+            pod_resources.close()
         if server is not None:
             server.stop()
     log.info("agent stopped")

@@ -30,6 +30,7 @@ from extender.wire.report import (
     MigReport,
     NodeReport,
     PodGrant,
+    PodReceived,
     ProcessReport,
     ReportResponse,
 )
@@ -50,11 +51,13 @@ def build_report(
     *,
     labels: dict[str, str] | None = None,
     allocatable: dict[str, str] | None = None,
+    received: list[PodReceived] | None = None,
 ) -> NodeReport:
     """Sample ``driver`` once and turn it into a schema-v1 report.
 
     Every process is kept, mapped or not (an unmapped one carries its reason), and the
-    report is clipped to the bounds the extender enforces on receipt.
+    report is clipped to the bounds the extender enforces on receipt. ``received`` is
+    what kubelet's pod-resources says each pod holds (None: not read).
     """
     devices = driver.sample()
     sampled_at = clock.now()
@@ -71,6 +74,7 @@ def build_report(
         driver_version=driver.driver_version(),
         labels=dict(labels or {}),
         allocatable=dict(allocatable or {}),
+        received=received,
     )
 
 
@@ -156,6 +160,7 @@ class Agent:
         interval_s: float = 5.0,
         labels: dict[str, str] | None = None,
         allocatable: dict[str, str] | None = None,
+        received: Callable[[], list[PodReceived] | None] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.driver = driver
@@ -167,6 +172,7 @@ class Agent:
         self.interval_s = interval_s
         self.labels = labels or {}
         self.allocatable = allocatable or {}
+        self.received = received  # kubelet's pod-resources List (None: not read)
         self.state = AgentState()
         self._monotonic = monotonic
         self._lock = threading.Lock()
@@ -181,6 +187,7 @@ class Agent:
                 self.clock,
                 labels=self.labels,
                 allocatable=self.allocatable,
+                received=self.received() if self.received else None,
             )
         if isinstance(self.attribute, CachedAttributor):
             self.attribute.retain(live_pids(report))

@@ -39,6 +39,8 @@ class EventKind(StrEnum):
     OVERRUN = "overrun"  # pod uses more memory than granted
     LEAK = "leak"  # process on a GPU its pod was not granted
     UNACCOUNTED = "unaccounted"  # GPU memory used by no known pod
+    MISMATCH = "mismatch"  # the pod holds another GPU than it was granted (kubelet says)
+    RECEIVED = "received"  # what a grant's pod holds per kubelet, and what it is billed
     NODE_PERIOD = "node-period"  # a node's price period opened (what its GPUs cost)
     NODE_PERIOD_CLOSED = "node-period-closed"  # ... and closed
     ACKNOWLEDGED = "acknowledged"  # the node's device plugin admitted the pod's grant

@@ -18,6 +18,7 @@ from fastapi import APIRouter, HTTPException, Path, Query, Response
 from pydantic import BaseModel, Field
 
 from extender.core.allocation import Allocation, LedgerUnavailable
+from extender.core.received import Receipt
 from extender.ledger import chargeback_report
 from extender.ledger.base import Ledger
 from extender.ledger.chargeback import parse_group_by
@@ -28,6 +29,30 @@ from extender.wire.clock import Clock
 
 MAX_LIMIT = 1000
 T = TypeVar("T")
+
+
+class ReceivedOut(BaseModel):
+    gpu_uuid: str
+    memory_mib: int  # billed
+    gpu_total_mib: int
+    price_per_hour: str | None  # billed; null: unpriced
+    devices: str  # kubelet's device ids (or the DRA device)
+    at: float
+    matches_grant: bool
+
+
+def received_out(r: Receipt | None) -> ReceivedOut | None:
+    if r is None:
+        return None
+    return ReceivedOut(
+        gpu_uuid=r.gpu_uuid,
+        memory_mib=r.memory_mib,
+        gpu_total_mib=r.gpu_total_mib,
+        price_per_hour=None if r.price_per_hour is None else str(r.price_per_hour),
+        devices=r.devices,
+        at=r.at,
+        matches_grant=r.matches,
+    )
 
 
 class AllocationOut(BaseModel):
@@ -64,6 +89,9 @@ class AllocationOut(BaseModel):
     obs_peak_mib: int
     obs_mean_mib: float
     obs_mean_sm: float | None
+    # what kubelet says the pod holds for this grant, and what it is billed; null until
+    # the node's agent reported it (or where no agent reads pod-resources)
+    received: ReceivedOut | None = None
 
 
 class AllocationPage(BaseModel):
@@ -152,7 +180,7 @@ def decode_cursor(kind: str, cursor: str | None) -> int:
         raise bad("cursor", f"not a cursor of this listing: {cursor!r}") from None
 
 
-def allocation_out(a: Allocation) -> AllocationOut:
+def allocation_out(a: Allocation, receipt: Receipt | None = None) -> AllocationOut:
     g = a.grant
     return AllocationOut(
         id=a.id,
@@ -188,6 +216,7 @@ def allocation_out(a: Allocation) -> AllocationOut:
         obs_peak_mib=a.obs_peak_mib,
         obs_mean_mib=a.obs_mean_mib,
         obs_mean_sm=a.obs_mean_sm,
+        received=received_out(receipt),
     )
 
 
@@ -228,7 +257,11 @@ def audit_router(get_ledger: Callable[[], Ledger], clock: Clock) -> APIRouter:
         rows = _call(lambda: ledger().list_allocations(flt, after, limit + 1))
         page = rows[:limit]
         nxt = encode_cursor("alloc", page[-1].id) if len(rows) > limit else None
-        return AllocationPage(items=[allocation_out(a) for a in page], next_cursor=nxt)
+        got = {
+            r.allocation_id: r for r in _call(lambda: ledger().receipts_for([a.id for a in page]))
+        }
+        items = [allocation_out(a, got.get(a.id)) for a in page]
+        return AllocationPage(items=items, next_cursor=nxt)
 
     @router.get(
         "/allocations/{allocation_id}",
@@ -241,7 +274,8 @@ def audit_router(get_ledger: Callable[[], Ledger], clock: Clock) -> APIRouter:
         found = _call(lambda: ledger().get_allocation(allocation_id))
         if found is None:
             raise HTTPException(status_code=404, detail=f"allocation {allocation_id} not found")
-        return allocation_out(found)
+        got = _call(lambda: ledger().receipts_for([allocation_id]))
+        return allocation_out(found, got[0] if got else None)
 
     @router.get(
         "/chargeback", response_model=ChargebackOut, responses={200: {"content": {"text/csv": {}}}}

@@ -13,6 +13,7 @@ from decimal import Decimal
 from typing import Protocol
 
 from extender.core.allocation import Allocation, Decision, EventKind, NodeRef, Observation
+from extender.core.received import Held, Receipt
 from extender.ledger.records import (
     AllocationFilter,
     ChainReport,
@@ -87,6 +88,11 @@ class Ledger(Protocol):
         """Record an overrun / leak / unaccounted finding (deduplicated while it persists)."""
         ...
 
+    def record_received(self, held: Held, at: float) -> list[Receipt]:
+        """Settle the pod's active rows from what kubelet says it holds (``receipts``);
+        returns the receipts new or changed, each also a ``received`` event."""
+        ...
+
     def record_ack(
         self,
         pod_uid: str,
@@ -134,6 +140,14 @@ class Ledger(Protocol):
 
     def charge_rows(self, start: float, end: float) -> Iterator[Allocation]:
         """Every non-failed row overlapping ``[start, end)`` (streamed)."""
+        ...
+
+    def receipts(self, start: float, end: float) -> list[Receipt]:
+        """Receipts of the non-failed rows overlapping ``[start, end)`` (chargeback)."""
+        ...
+
+    def receipts_for(self, allocation_ids: Sequence[int]) -> list[Receipt]:
+        """Receipts of these allocations (the audit API's page)."""
         ...
 
     def node_periods(self, start: float, end: float) -> list[NodePeriod]:

@@ -11,12 +11,13 @@ stands beside cost as a signal; it never changes what anyone pays.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_HALF_EVEN, Decimal, localcontext
 from typing import TYPE_CHECKING
 
 from extender.core.allocation import Allocation
+from extender.core.received import Receipt
 from extender.ledger.charges import (
     GIB_HOURS_STEP,
     MIB_PER_GIB,
@@ -25,6 +26,7 @@ from extender.ledger.charges import (
     SECONDS_PER_HOUR,
     NodeCost,
     allocation_seconds,
+    billed,
     cents,
     node_costs,
 )
@@ -143,11 +145,11 @@ class _Acc:
         self.sm_weight = 0.0
         self.sm_weighted = 0.0
 
-    def add(self, a: Allocation, seconds: Decimal, money: Decimal | None) -> None:
+    def add(self, a: Allocation, mib: int, seconds: Decimal, money: Decimal | None) -> None:
         self.allocs += 1
-        self.mib_seconds += a.grant.memory_mib * seconds
+        self.mib_seconds += mib * seconds
         if money is None:
-            self.unpriced_mib_seconds += a.grant.memory_mib * seconds
+            self.unpriced_mib_seconds += mib * seconds
         else:
             self.priced += 1
             self.money += money
@@ -184,8 +186,11 @@ def compute(
     end: float,
     now: float,
     group_by: str = "namespace",
+    receipts: Mapping[int, Receipt] | None = None,
 ) -> ChargebackReport:
-    """Charges per group, cost and idle per node, for the window ``[start, end)``."""
+    """Charges per group, cost and idle per node, for the window ``[start, end)``; a row
+    with a receipt (by allocation id) is billed for what its pod received."""
+    receipts = receipts or {}
     group_by = parse_group_by(group_by)
     groups: dict[str, _Acc] = {}
     charged_by_node: dict[str, Decimal] = {}
@@ -196,12 +201,12 @@ def compute(
             secs = allocation_seconds(a, start, end, now)
             if secs <= 0:
                 continue
-            price = a.grant.price_per_hour
+            mib, price = billed(a, receipts.get(a.id))
             money = None if price is None else price * secs / SECONDS_PER_HOUR
             acc = groups.get(key := group_key(a, group_by))
             if acc is None:
                 acc = groups[key] = _Acc()
-            acc.add(a, secs, money)
+            acc.add(a, mib, secs, money)
             node = a.node.name
             charged_by_node[node] = charged_by_node.get(node, Decimal(0)) + (money or 0)
             capacity_by_node.setdefault(node, a.node.capacity_type)
@@ -249,7 +254,7 @@ def _node_lines(
 def chargeback_report(
     ledger: Ledger, start: float, end: float, group_by: str, now: float
 ) -> ChargebackReport:
-    """Read the window's rows and node periods, then price them (pure ``compute``)."""
-    return compute(
-        ledger.charge_rows(start, end), ledger.node_periods(start, end), start, end, now, group_by
-    )
+    """Read the window's rows, receipts and node periods, then price them (pure ``compute``)."""
+    got = {r.allocation_id: r for r in ledger.receipts(start, end)}
+    rows, periods = ledger.charge_rows(start, end), ledger.node_periods(start, end)
+    return compute(rows, periods, start, end, now, group_by, got)

@@ -16,6 +16,8 @@ half-cents are rounded); ``cents`` is that one step.
 - a node costs ``gpu_price_per_hour * gpu_count * hours present`` (from node periods).
 - an unknown price (NULL in the ledger) is unknown here too: an unpriced grant has no
   charge and an unpriced node no cost (``None``), never $0 (docs/billing.md).
+- billing follows what was received: a row kubelet's pod-resources settled has a
+  receipt (``core.received``), and its memory and price are the receipt's (``billed``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from collections.abc import Iterable
 from decimal import ROUND_HALF_EVEN, Decimal, localcontext
 
 from extender.core.allocation import Allocation, Status
+from extender.core.received import Receipt
 from extender.ledger.records import NodePeriod
 
 CENT = Decimal("0.01")
@@ -61,13 +64,24 @@ def allocation_seconds(a: Allocation, start: float, end: float, now: float) -> D
     return overlap_seconds(a.decided_at, a_end, start, end)
 
 
-def allocation_charge(a: Allocation, start: float, end: float, now: float) -> Decimal | None:
+def billed(a: Allocation, receipt: Receipt | None) -> tuple[int, Decimal | None]:
+    """The MiB and the price per hour a row is billed at: its receipt's (what the pod
+    received), else its grant's."""
+    if receipt is not None and receipt.allocation_id == a.id:
+        return receipt.memory_mib, receipt.price_per_hour
+    return a.grant.memory_mib, a.grant.price_per_hour
+
+
+def allocation_charge(
+    a: Allocation, start: float, end: float, now: float, receipt: Receipt | None = None
+) -> Decimal | None:
     """Exact (unrounded) charge of one allocation in the window; None when unpriced."""
-    if a.grant.price_per_hour is None:
+    _, price = billed(a, receipt)
+    if price is None:
         return None
     with localcontext() as ctx:
         ctx.prec = PRECISION
-        return a.grant.price_per_hour * allocation_seconds(a, start, end, now) / SECONDS_PER_HOUR
+        return price * allocation_seconds(a, start, end, now) / SECONDS_PER_HOUR
 
 
 class NodeCost:

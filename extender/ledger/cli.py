@@ -18,11 +18,12 @@ from decimal import Decimal
 from typing import Any
 
 from extender.core.allocation import Allocation, LedgerUnavailable
+from extender.core.received import Receipt
 from extender.core.table import align
 from extender.ledger import chargeback_report, is_dsn, open_ledger
 from extender.ledger.base import Ledger
 from extender.ledger.chargeback import ChargebackReport, parse_group_by, shown
-from extender.ledger.charges import allocation_charge, allocation_seconds, cents
+from extender.ledger.charges import allocation_charge, allocation_seconds, billed, cents
 from extender.ledger.dialect import NullHooks
 from extender.ledger.exports import report_csv, report_dict
 from extender.ledger.window import month_start, parse_timestamp
@@ -157,7 +158,10 @@ def cmd_export(args: argparse.Namespace) -> int:
             report = chargeback_report(ledger, start, end, args.group_by, now)
             out = report_csv(report) if args.format == "csv" else _json(report_dict(report))
         else:
-            rows = [_row_dict(r, start, end, now) for r in ledger.charge_rows(start, end)]
+            got = {r.allocation_id: r for r in ledger.receipts(start, end)}
+            rows = [
+                _row_dict(r, start, end, now, got.get(r.id)) for r in ledger.charge_rows(start, end)
+            ]
             out = _rows_csv(rows) if args.format == "csv" else _json(rows)
         sys.stdout.write(out)
         return 0
@@ -190,10 +194,16 @@ EXPORT_FIELDS = (
     "status",
     "billed_seconds",
     "cost_usd",
+    "received_gpu_uuid",  # what kubelet says the pod holds ("" until the agent says)
+    "billed_memory_mib",
+    "billed_price_per_hour",
 )
 
 
-def _row_dict(a: Allocation, start: float, end: float, now: float) -> dict[str, Any]:
+def _row_dict(
+    a: Allocation, start: float, end: float, now: float, receipt: Receipt | None
+) -> dict[str, Any]:
+    mib, price = billed(a, receipt)
     return {
         "id": a.id,
         "pod_uid": a.pod.uid,
@@ -208,7 +218,10 @@ def _row_dict(a: Allocation, start: float, end: float, now: float) -> dict[str, 
         "ended_at": a.ended_at,
         "status": a.status.value,
         "billed_seconds": str(allocation_seconds(a, start, end, now)),
-        "cost_usd": shown(_cents(allocation_charge(a, start, end, now))),
+        "cost_usd": shown(_cents(allocation_charge(a, start, end, now, receipt))),
+        "received_gpu_uuid": receipt.gpu_uuid if receipt else "",
+        "billed_memory_mib": mib,
+        "billed_price_per_hour": shown(price),
     }
 
 

@@ -1,5 +1,5 @@
-"""The ``discrepancies`` table: overrun, leak, unaccounted and unacknowledged findings,
-deduplicated.
+"""The ``discrepancies`` table: overrun, leak, unaccounted, unacknowledged and mismatch
+findings, deduplicated.
 
 Agents report the same finding every few seconds while it lasts; one row per finding
 (count, last and largest amount) keeps the table and the event trail bounded. A
@@ -21,6 +21,7 @@ DISCREPANCY_KINDS = (
     EventKind.LEAK,
     EventKind.UNACCOUNTED,
     EventKind.UNACKNOWLEDGED,
+    EventKind.MISMATCH,
 )
 DISCREPANCY_GAP_S = 300.0  # unseen this long: the finding is over; a new one opens next time
 

@@ -17,6 +17,22 @@ from dataclasses import dataclass
 
 ACTIVE_SQL = "('reserved', 'bound', 'running')"
 
+RECEIPTS_DDL = (
+    """CREATE TABLE IF NOT EXISTS receipts (
+        allocation_id BIGINT PRIMARY KEY,
+        pod_uid {text} NOT NULL,
+        node {text} NOT NULL,
+        granted_gpu {text} NOT NULL,
+        gpu_uuid {text} NOT NULL,
+        memory_mib BIGINT NOT NULL,
+        gpu_total_mib BIGINT NOT NULL,
+        price_per_hour {money},
+        devices {text} NOT NULL DEFAULT '',
+        at {real} NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS receipts_pod ON receipts (pod_uid)",
+)
+
 
 @dataclass(frozen=True)
 class Migration:
@@ -186,6 +202,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     # node price periods join the hash chain; those already written are attested as they
     # are now by one event each (``nodes.attest_existing``, run by the ledger's migrate)
     Migration(3, "node price periods in the hash chain", ()),
+    # what each grant's pod received per kubelet, and what it is billed (ledger/receipts.py)
+    Migration(4, "receipts: what each allocation received", RECEIPTS_DDL),
 )
 
 MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS schema_migrations (

@@ -33,7 +33,8 @@ from extender.core.allocation import (
     Observation,
     Status,
 )
-from extender.ledger import acks, allocations, capacity, discrepancies, nodes, trail
+from extender.core.received import Held, Receipt
+from extender.ledger import acks, allocations, capacity, discrepancies, nodes, receipts, trail
 from extender.ledger.chain import GENESIS, verify
 from extender.ledger.dialect import Cursor, Dialect, Hooks, NullHooks, UniqueConflict
 from extender.ledger.discrepancies import DISCREPANCY_GAP_S
@@ -261,6 +262,15 @@ class SqlLedger:
             },
         )
 
+    def record_received(self, held: Held, at: float) -> list[Receipt]:
+        with self._write("record_received") as tx:
+            changed = receipts.record(tx, held, at)
+        for r in changed:
+            moved = {"allocation": r.allocation_id, "granted": r.granted_gpu, "got": r.gpu_uuid}
+            extra = {"event": "ledger.received", "pod_uid": held.pod_uid, **moved}
+            log.info("receipt recorded", extra=extra)
+        return changed
+
     def record_ack(
         self,
         pod_uid: str,
@@ -323,6 +333,13 @@ class SqlLedger:
             cur = conn.execute(self.dialect.sql(allocations.CHARGEABLE), (end, start))
             yield from stream(cur, allocations.ALLOCATION, 10_000)
 
+    def receipts(self, start: float, end: float) -> list[Receipt]:
+        return self._read(receipts.RECEIPT, receipts.IN_WINDOW, (end, start))
+
+    def receipts_for(self, allocation_ids: Sequence[int]) -> list[Receipt]:
+        q, params = receipts.for_ids(allocation_ids)
+        return self._read(receipts.RECEIPT, q, params)
+
     def node_periods(self, start: float, end: float) -> list[NodePeriod]:
         return self._read(nodes.PERIOD, nodes.PERIODS_IN_WINDOW, (end, start))
 
@@ -344,8 +361,9 @@ class SqlLedger:
         says it must be (``replay.py``), in one read transaction (consistent snapshot)."""
         with self.dialect.read() as conn:
             head = trail.read_head(conn, self.dialect)
-            rep = Replay()
-            report = verify(_fed(trail.all_events(conn, self.dialect), rep), head.seq, head.hash)
+            rep, got = Replay(), receipts.ReceiptReplay()
+            events = _fed(trail.all_events(conn, self.dialect), rep, got)
+            report = verify(events, head.seq, head.hash)
             if not report.ok:
                 return report
             sql = self.dialect.sql
@@ -353,6 +371,10 @@ class SqlLedger:
             bad = check_allocations(rep, rows, lambda seq: trail.event_at(conn, self.dialect, seq))
             if bad is None:
                 bad = check_periods(rep, conn.execute(sql(nodes.ALL_PERIODS)).fetchall())
+            if bad is None:
+                bad = receipts.check(
+                    got, fetch_all(conn.execute(sql(receipts.ALL)), receipts.RECEIPT)
+                )
             if bad is not None:
                 return ChainReport(False, report.events, None, bad[1])
             return report
@@ -365,8 +387,11 @@ class SqlLedger:
             )
 
 
-def _fed(events: Iterator[EventRecord], replay: Replay) -> Iterator[EventRecord]:
-    """The events, each also fed to the replay as the chain walk reads it."""
+def _fed(
+    events: Iterator[EventRecord], replay: Replay, got: receipts.ReceiptReplay
+) -> Iterator[EventRecord]:
+    """The events, each also fed to the replays as the chain walk reads it."""
     for e in events:
         replay.feed(e)
+        got.feed(e)
         yield e

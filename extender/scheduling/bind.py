@@ -28,6 +28,7 @@ from extender.core.allocation import (
     NodeRef,
     Sharing,
 )
+from extender.core.received import pro_rata
 from extender.ledger.base import Ledger
 from extender.ledger.metrics import SCHEDULING
 from extender.ledger.records import AllocationFilter
@@ -320,10 +321,12 @@ def grant(gpu: GpuView, demand: GpuDemand, price: NodePrice | None) -> GpuGrant:
         sharing, mib = Sharing.EXCLUSIVE, gpu.total_mib
     else:
         sharing, mib = Sharing.SHARED, demand.memory_mib
-    if sharing == Sharing.MIG:  # its memory slices' share of the parent (pricing/mig.py)
-        share = mig_share(gpu.mig_profile, gpu.total_mib, gpu.parent_total_mib)
+    if price is None:
+        cost = None  # unpriced
+    elif sharing == Sharing.MIG:  # its memory slices' share of the parent (pricing/mig.py)
+        cost = price.per_gpu_hour * mig_share(gpu.mig_profile, gpu.total_mib, gpu.parent_total_mib)
     else:
-        share = Decimal(mib) / gpu.total_mib if gpu.total_mib else Decimal(0)
+        cost = pro_rata(price.per_gpu_hour, mib, gpu.total_mib) if gpu.total_mib else Decimal(0)
     return GpuGrant(
         gpu_uuid=gpu.uuid,
         gpu_index=gpu.index,
@@ -331,7 +334,7 @@ def grant(gpu: GpuView, demand: GpuDemand, price: NodePrice | None) -> GpuGrant:
         memory_mib=mib,
         gpu_total_mib=gpu.total_mib,
         sharing=sharing,
-        price_per_hour=price.per_gpu_hour * share if price else None,  # None: unpriced
+        price_per_hour=cost,
         mig_profile=demand.mig_profile,
     )
 

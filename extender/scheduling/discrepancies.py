@@ -47,7 +47,11 @@ def observations(report: NodeReport) -> list[Observation]:
     return [Observation(pod, gpu, mib, sm.get((pod, gpu))) for (pod, gpu), mib in used.items()]
 
 
-def discrepancies(report: NodeReport, grants: list[Grant]) -> list[Discrepancy]:
+def discrepancies(
+    report: NodeReport, grants: list[Grant], received: dict[str, set[str]] | None = None
+) -> list[Discrepancy]:
+    """Overruns, leaks and unaccounted memory; a process on a GPU kubelet says its pod
+    holds (``received``, by pod UID) is no leak: that is a ``mismatch`` (``received.py``)."""
     granted = {(g.pod_uid, g.gpu_uuid): g.memory_mib for g in grants}
     out = [
         Discrepancy(
@@ -65,6 +69,8 @@ def discrepancies(report: NodeReport, grants: list[Grant]) -> list[Discrepancy]:
     by_pod: dict[str, set[str]] = defaultdict(set)
     for g in grants:
         by_pod[g.pod_uid].add(g.gpu_uuid)
+    for uid, gpus in (received or {}).items():
+        by_pod[uid] |= gpus
     for leak in find_leaks(report, by_pod):
         gpu = leak.mig_uuid or leak.gpu_uuid
         why = (

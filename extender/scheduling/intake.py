@@ -5,7 +5,9 @@ The inventory is updated before the reply (the next filter must see the numbers)
 ledger writes go to the writer's thread (``LedgerWriter``), so a slow database never
 holds up an agent. Usage is folded into the rows of granted (pod, GPU) pairs only:
 anything else is a leak, found by ``discrepancies`` and recorded at most once per
-throttle window.
+throttle window. What kubelet says each granted pod holds (``received``) goes to the
+ledger as receipts when it changes, and where it is not the grant, as ``mismatch``
+findings through the same throttle.
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ from collections.abc import Iterable
 from decimal import Decimal
 
 from extender.core.allocation import NodeRef, Observation
+from extender.core.received import Held
 from extender.ledger.base import Ledger
 from extender.ledger.writer import LedgerWriter
 from extender.scheduling.discrepancies import Discrepancy, discrepancies, observations
+from extender.scheduling.received import held, mismatches, received_gpus
 from extender.scheduling.throttle import DiscrepancyThrottle
 from extender.state.inventory import Inventory
 from extender.state.measured import MeasuredGpu
@@ -39,6 +43,8 @@ class Intake:
         self.writer = LedgerWriter(ledger)
         self.findings = DiscrepancyThrottle()
         self._recorded_nodes: dict[str, tuple[object, ...]] = {}
+        # node -> pod UID -> the holding last sent to the ledger
+        self._settled: dict[str, dict[str, Held]] = {}
 
     def report(self, report: NodeReport) -> ReportResponse:
         now = self.clock.now()
@@ -46,10 +52,13 @@ class Intake:
         grants = self.inventory.grants_on_node(report.node)
         granted = {(g.pod_uid, g.gpu_uuid) for g in grants}
         obs = [o for o in observations(report) if (o.pod_uid, o.gpu_uuid) in granted]
-        found = self.findings.due(discrepancies(report, grants), now)
+        holding = held(report, grants)
+        findings = discrepancies(report, grants, received_gpus(holding))
+        found = self.findings.due(findings + mismatches(holding, grants), now)
+        settle = self._unsettled(report.node, holding)
         node_record = self._node_record(report.node)
-        if obs or found or node_record is not None:
-            self.writer.submit(lambda ledger: _write(ledger, now, obs, found, node_record))
+        if obs or found or settle or node_record is not None:
+            self.writer.submit(lambda ledger: _write(ledger, now, obs, found, node_record, settle))
         return ReportResponse(
             accepted=True,
             node=report.node,
@@ -58,9 +67,17 @@ class Intake:
             stale_after_s=self.stale_after,
         )
 
+    def _unsettled(self, node: str, holding: list[Held]) -> list[Held]:
+        """The node's holdings that changed since last sent (a pod's receipt is written
+        when it changes, not per report); a pod the node no longer lists is forgotten."""
+        before = self._settled.get(node, {})
+        self._settled[node] = {h.pod_uid: h for h in holding}
+        return [h for h in holding if before.get(h.pod_uid) != h]
+
     def forget_node(self, name: str) -> None:
         """The node is gone: a node of that name coming back is recorded afresh."""
         self._recorded_nodes.pop(name, None)
+        self._settled.pop(name, None)
 
     def _node_record(self, name: str) -> NodeRecord | None:
         """What the ledger must know to price the node's idle time, when it changed."""
@@ -119,9 +136,12 @@ def _write(
     obs: list[Observation],
     found: list[Discrepancy],
     node_record: NodeRecord | None,
+    settle: list[Held],
 ) -> None:
     if node_record is not None:
         ledger.record_node(*node_record, at)
+    for h in settle:
+        ledger.record_received(h, at)
     if obs:
         ledger.observe(obs, at)
     for d in found:

@@ -24,6 +24,9 @@ MAX_MIG_PER_GPU = 16
 MAX_STRING = 256
 MAX_REPORT_BYTES = 4 * 1024 * 1024
 MAX_LABELS = 512  # a node carries tens of labels; Node Feature Discovery adds hundreds
+MAX_PODS = 1024  # pods kubelet's pod-resources lists (kubelet's default max is 110)
+MAX_CONTAINERS = 64  # per pod, init containers included
+MAX_DEVICE_IDS = 256  # per container and resource (a 16-GPU node x 16 replicas)
 
 # Every string an agent sends is bounded at decode time (a 3 MB label once grew the
 # ledger by 4 MB a report): msgspec refuses a longer one, naming its path.
@@ -71,6 +74,44 @@ class GpuReport(msgspec.Struct, omit_defaults=True):
     processes: list[ProcessReport] = msgspec.field(default_factory=list)
 
 
+class DeviceIds(msgspec.Struct, omit_defaults=True):
+    """One device plugin resource a container holds: kubelet's ``ContainerDevices``."""
+
+    resource_name: Text
+    device_ids: Annotated[list[Text], msgspec.Meta(max_length=MAX_DEVICE_IDS)]
+
+
+class ClaimDevice(msgspec.Struct, omit_defaults=True):
+    """One DRA device a container holds through a claim: kubelet's ``ClaimResource``."""
+
+    claim_namespace: Text
+    claim_name: Text
+    driver: Text
+    pool: Text
+    device: Text
+    share_id: Text | None = None  # consumable capacity: which share of the device
+
+
+class ContainerReceived(msgspec.Struct, omit_defaults=True):
+    """What kubelet's pod-resources API says one container holds."""
+
+    name: Text
+    devices: Annotated[list[DeviceIds], msgspec.Meta(max_length=MAX_DEVICE_IDS)] = msgspec.field(
+        default_factory=list
+    )
+    claims: Annotated[list[ClaimDevice], msgspec.Meta(max_length=MAX_DEVICE_IDS)] = msgspec.field(
+        default_factory=list
+    )
+
+
+class PodReceived(msgspec.Struct, omit_defaults=True):
+    """One pod as kubelet's pod-resources lists it: by name (the API carries no UID)."""
+
+    namespace: Text
+    name: Text
+    containers: Annotated[list[ContainerReceived], msgspec.Meta(max_length=MAX_CONTAINERS)]
+
+
 class NodeReport(msgspec.Struct, omit_defaults=True):
     """What one node's agent measured at ``sampled_at``."""
 
@@ -87,6 +128,10 @@ class NodeReport(msgspec.Struct, omit_defaults=True):
     # The node's allocatable as Kubernetes quantities ({"cpu": "64", "memory": "256Gi"}),
     # used, like labels, only while no Node object is known (standalone mode)
     allocatable: Labels = msgspec.field(default_factory=dict)
+    # What kubelet's pod-resources API says each pod holds (the truth loop,
+    # docs/device-plugin.md). None: not read (an older agent, or no socket on this node),
+    # so nothing is judged; [] : read, and no pod holds a device.
+    received: Annotated[list[PodReceived], msgspec.Meta(max_length=MAX_PODS)] | None = None
 
 
 class PodGrant(msgspec.Struct, omit_defaults=True):
