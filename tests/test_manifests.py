@@ -706,9 +706,9 @@ def test_built_pods_are_locked_down(kustomize: str, target: str) -> None:
     assert pods
     for where, spec in pods:
         psc = spec.get("securityContext", {})
-        if where == "DaemonSet/headroom-device-plugin":
-            # root, for the socket in kubelet's root-owned directory, and nothing more:
-            # every capability dropped below (manifests/device-plugin)
+        if where in ("DaemonSet/headroom-device-plugin", "DaemonSet/headroom-agent"):
+            # root, for the sockets in kubelet's root-owned directories (device plugins,
+            # pod-resources), and nothing more: every capability dropped below
             assert psc.get("runAsUser") == 0 and psc.get("runAsNonRoot") is False, where
         else:
             assert psc.get("runAsNonRoot") is True, where
