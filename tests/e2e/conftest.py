@@ -21,6 +21,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Callable, Generator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,6 +30,7 @@ from kubernetes import config as k8s_config
 from kubernetes.client.rest import ApiException
 
 from .cluster import ClusterError, ControlPlane, Scheduler, build_binaries, ready_node_body
+from .headroom_proc import Headroom
 
 _PLANE_KEY = pytest.StashKey[ControlPlane]()
 _SCHEDULER_IDS = itertools.count()  # one config + log file per scheduler in the session
@@ -168,3 +170,12 @@ def make_node(k8s_client: k8s.ApiClient) -> Iterator[Callable[..., str]]:
     for name in made:
         with contextlib.suppress(ApiException):
             core.delete_node(name)
+
+
+@pytest.fixture
+def headroom(e2e_cluster: Any, tmp_path: Path) -> Iterator[Headroom]:
+    """``headroom serve`` watching the session's cluster (default settings), stopped after."""
+    h = Headroom(tmp_path, e2e_cluster.kubeconfig)
+    h.start()
+    yield h
+    h.stop()

@@ -4,9 +4,7 @@ scheduler allocates, and the ledger records exactly what ``status.allocation`` s
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -29,14 +27,6 @@ from .headroom_proc import Headroom
 from .test_scheduling import wait_unschedulable
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-def headroom(e2e_cluster: Any, tmp_path: Path) -> Iterator[Headroom]:
-    h = Headroom(tmp_path, e2e_cluster.kubeconfig)
-    h.start()
-    yield h
-    h.stop()
 
 
 def test_dra_allocation_is_recorded_as_status_allocation_says(

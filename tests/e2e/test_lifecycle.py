@@ -4,7 +4,7 @@ failure paths against it: nothing active, nothing charged after a failed bind.""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +27,6 @@ from .headroom_proc import Headroom
 from .test_scheduling import node_of, pod_body, uid_of, wait_bound
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-def headroom(e2e_cluster: Any, tmp_path: Path) -> Iterator[Headroom]:
-    h = Headroom(tmp_path, e2e_cluster.kubeconfig)
-    h.start()
-    yield h
-    h.stop()
 
 
 def wait_row(h: Headroom, uid: str, ok: Callable[[dict[str, Any]], bool], what: str) -> dict:

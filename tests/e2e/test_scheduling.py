@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,14 +16,6 @@ from .headroom_proc import Headroom
 pytestmark = pytest.mark.e2e
 
 A10G = "4xA10G:24Gi"
-
-
-@pytest.fixture
-def headroom(e2e_cluster: Any, tmp_path: Path) -> Iterator[Headroom]:
-    h = Headroom(tmp_path, e2e_cluster.kubeconfig)
-    h.start()
-    yield h
-    h.stop()
 
 
 @pytest.fixture

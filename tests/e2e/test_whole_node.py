@@ -4,8 +4,7 @@ from the real API server's pod watch, and forgets them when the pod goes."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -15,14 +14,6 @@ from kubernetes import client as k8s
 from .headroom_proc import Headroom
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-def headroom(e2e_cluster: Any, tmp_path: Path) -> Iterator[Headroom]:
-    h = Headroom(tmp_path, e2e_cluster.kubeconfig)
-    h.start()
-    yield h
-    h.stop()
 
 
 def gpu_pod(cpu: str) -> dict[str, Any]:
