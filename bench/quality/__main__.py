@@ -144,7 +144,11 @@ def main(argv: list[str] | None = None) -> int:
         help="the openb trace from ../shared/data/openb: GPU nodes only, or all nodes with the "
         "CPU-only pods too (runs to --max-arrived whatever fails)",
     )
-    ap.add_argument("--only", help="comma-separated policy labels to run (default: all)")
+    ap.add_argument(
+        "--only",
+        action="append",
+        help="a policy label to run, as the table prints it (repeatable; default: all)",
+    )
     a = ap.parse_args(argv)
     if a.openb:
         a.alibaba_nodes, a.alibaba_pods = OPENB / OPENB_NODES[a.openb], OPENB / OPENB_PODS
@@ -160,7 +164,10 @@ def main(argv: list[str] | None = None) -> int:
         a.openb or "",
     )
     modes = (KUBE,) if a.no_ideal else (KUBE, IDEAL)
-    chosen = [c for c in CONTENDERS if not a.only or c.label in a.only.split(",")]
+    unknown = set(a.only or ()) - {c.label for c in CONTENDERS}
+    if unknown:
+        ap.error(f"--only: no policy labelled {sorted(unknown)}")
+    chosen = [c for c in CONTENDERS if not a.only or c.label in a.only]
     tasks = [(c, m, a.seed + r) for c in chosen for m in modes for r in range(a.repeats)]
     runs: dict[tuple[str, str], list[Result]] = {}
     with ProcessPoolExecutor(max_workers=a.jobs) as pool:
