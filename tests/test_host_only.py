@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from extender.scoring.batch import GpuBatch
+from extender.scoring.hostonly import host_priorities
 from extender.scoring.model import GpuDemand, GpuView, Limits, NodeView, Shape
 from extender.scoring.policies.fgd import Fgd
 from extender.scoring.policies.headroom import Headroom
@@ -68,9 +69,10 @@ def cpu_only_pod(name: str, cpu: str) -> dict[str, Any]:
 
 
 def test_prioritize_ranks_a_cpu_pod_away_from_idle_gpus(tmp_path: Path) -> None:
-    """Over HTTP: a node whose GPUs are all granted scores highest, a node the extender has
-    no report of (a CPU-only node) next, the node whose idle GPUs need the CPU lowest; the
-    filter still passes every node (the in-tree filter judges CPU-only pods)."""
+    """Over HTTP: a node whose GPUs are all granted and a node the extender has no report of
+    (a CPU-only node) cost nothing and score 10; the node whose idle GPUs need the CPU
+    scores in the lower tier; the filter still passes every node (the in-tree filter
+    judges CPU-only pods)."""
     with running_extender(tmp_path) as ext:
         for name in ("busy", "idle"):
             ext.add_node(name, "2xA10G:24Gi")
@@ -85,5 +87,13 @@ def test_prioritize_ranks_a_cpu_pod_away_from_idle_gpus(tmp_path: Path) -> None:
         assert ext.post("filter", ext.schedule_args(pod, names)).json()["NodeNames"] == names
         body = ext.post("prioritize", ext.schedule_args(pod, names)).json()
         score = {h["Host"]: h["Score"] for h in body}
-        assert score["busy"] > score["cpu-node"] > score["idle"]
-        assert (score["busy"], score["idle"]) == (10, 0)
+        assert score["busy"] == score["cpu-node"] == 10  # costless: the in-tree scores choose
+        assert score["idle"] <= 5  # a cost: below every costless node by >= 250 in kube's sum
+
+
+def test_host_priorities_put_every_costless_node_above_every_costly_one() -> None:
+    """One large loss must not round the small ones up to the costless nodes' 10."""
+    raw = np.array([0.3, 0.0, -0.01, -0.02, -40.0])
+    assert host_priorities(raw).tolist() == [10, 10, 5, 5, 0]
+    assert host_priorities(np.array([0.0, -1.0])).tolist() == [10, 5]
+    assert host_priorities(np.zeros(3)).tolist() == [10, 10, 10]

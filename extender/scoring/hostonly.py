@@ -9,8 +9,8 @@ F is FGD's fragmentation (``fragmentation.host_delta``: GPUs the pod leaves with
 host room a shape of the mix needs); imbalance = |CPU fill - GPU fill| + |memory fill -
 GPU fill| (``batch.imbalance_at``), counted only on nodes with GPUs. So a node whose GPUs
 are busy and whose CPU would otherwise idle gains, a node with idle GPUs loses, and a node
-without GPUs, or one the extender has no report of, is neutral (0). The raw scores are
-min-max normalised to the protocol's 0..10 with no cost term (prices are per GPU memory).
+without GPUs, or one the extender has no report of, is neutral (0). The reply's integers
+come in two tiers (``host_priorities``), with no cost term (prices are per GPU memory).
 """
 
 from __future__ import annotations
@@ -19,11 +19,10 @@ import numpy as np
 
 from extender.scoring.batch import Floats, GpuBatch, Ints, imbalance_at, node_gpu_fill
 from extender.scoring.fragmentation import Mix, host_delta
-from extender.scoring.framework import Weights, priority_array
-from extender.scoring.model import GpuDemand, Limits
+from extender.scoring.model import MAX_PRIORITY, GpuDemand, Limits
 
 NOTHING = GpuDemand(0)
-HOST_WEIGHTS = Weights(policy=1.0, cost=0.0)
+COSTLY_TOP = 5  # the best score a node where the pod costs something can get
 
 
 def host_scores(
@@ -43,8 +42,19 @@ def host_scores(
 
 
 def host_priorities(raw: Floats) -> Ints:
-    """The prioritize reply's integers for ``host_scores``: every candidate fits (the
-    in-tree filter has judged its CPU and memory)."""
-    return priority_array(
-        raw, np.ones(len(raw), dtype=bool), np.full(len(raw), np.nan), HOST_WEIGHTS
-    )
+    """The prioritize reply's integers for ``host_scores``, in two tiers: 10 where the pod
+    costs nothing (raw >= 0: it strands no GPU and evens the node out, or the node has no
+    GPUs), and 0..5 where it costs (raw < 0, min-max scaled among those). kube-scheduler
+    adds 50 per point to its in-tree scores (weight 5 x 10; LeastAllocated +
+    BalancedAllocation differ by at most 200), so the gap of 5 points (250) makes every
+    costless node win over every costly one, and the in-tree scores choose within a tier.
+    A min-max over all candidates did not: one node with a large loss rounded every small
+    loss to 10, level with the costless nodes, and the in-tree scores then spread the pods
+    over the GPU nodes (openb, all nodes, seed 1: 94.9 % with it, 95.9 % with the tiers)."""
+    out = np.full(len(raw), MAX_PRIORITY, dtype=np.int64)
+    costly = raw < 0
+    if costly.any():
+        lo, hi = raw[costly].min(), raw[costly].max()
+        scaled = (raw[costly] - lo) / (hi - lo) if hi > lo else np.ones(int(costly.sum()))
+        out[costly] = np.rint(COSTLY_TOP * scaled).astype(np.int64)
+    return out
