@@ -109,7 +109,7 @@ def greedy_scores(
     if not fits.all():
         r = r[fits]
         st = _state(b, r, lim, ask_of(demand))
-    rooms = (_room(b, r, plain), _room(b, r, plain, demand))
+    rooms = _rooms(b, r, plain, demand)
     before, after, slots = _place(st, int(demand.count), plain, rooms, tie_by_free)
     fill = imbalance = np.zeros(len(r))
     if tie != 0.0 or balance != 0.0:
@@ -138,8 +138,8 @@ def host_delta(b: GpuBatch, rows: Ints, demand: GpuDemand, lim: Limits, mix: Mix
     plain = _plain(tuple(mix))
     st = _state(b, rows, lim, WHOLE)
     total, terms = st.free.sum(axis=0), _terms(st, plain)
-    after = _value(total, terms, plain, _room(b, rows, plain, demand))
-    return after - _value(total, terms, plain, _room(b, rows, plain))
+    before, after = _rooms(b, rows, plain, demand)
+    return _value(total, terms, plain, after) - _value(total, terms, plain, before)
 
 
 def greedy_place(
@@ -160,7 +160,7 @@ def greedy_place(
         st.cand[slot[g.uuid], 0] = True
     plain = _plain(tuple(mix))
     r = np.zeros(1, np.int64)
-    rooms = (_room(b, r, plain), _room(b, r, plain, demand))
+    rooms = _rooms(b, r, plain, demand)
     slots = _place(st, int(demand.count), plain, rooms, tie_by_free)[2]
     return tuple(gpus[k] for k in slots[:, 0].tolist())
 
@@ -172,14 +172,13 @@ def fragmentation_delta(
     b, st, gpus = _one(node, lim, ask_of(demand))
     slot = {g.uuid: k for k, g in enumerate(gpus)}
     plain = _plain(tuple(mix))
-    r = np.zeros(1, np.int64)
-    before = _value(st.free.sum(axis=0), _terms(st, plain), plain, _room(b, r, plain))
+    rooms = _rooms(b, np.zeros(1, np.int64), plain, demand)
+    before = _value(st.free.sum(axis=0), _terms(st, plain), plain, rooms[0])
     for g in chosen:
         k = slot[g.uuid]
         st.free[k, 0] = max(st.free[k, 0] - st.unit[k, 0], 0)
         st.idle[k, 0] = False
-    room = _room(b, r, plain, demand)
-    after = _value(st.free.sum(axis=0), _terms(st, plain), plain, room)
+    after = _value(st.free.sum(axis=0), _terms(st, plain), plain, rooms[1])
     return float(after[0] - before[0])
 
 
@@ -248,7 +247,13 @@ class _Room(NamedTuple):
     weights: Floats
 
 
-def _room(b: GpuBatch, r: Ints, plain: _Plain, pod: GpuDemand | None = None) -> _Room:
+def _room(
+    b: GpuBatch,
+    r: Ints,
+    plain: _Plain,
+    pod: GpuDemand | None = None,
+    weights: Floats | None = None,
+) -> _Room:
     """The node's room as ``pod``, when given, leaves it: free CPU and host memory against
     each shape's, and the model rule.
 
@@ -263,11 +268,25 @@ def _room(b: GpuBatch, r: Ints, plain: _Plain, pod: GpuDemand | None = None) -> 
     if pod is not None:
         cpu, mem = cpu - pod.cpu_milli, mem - pod.host_memory_mib
     host = (cpu >= plain.cpus[:, None]) & (mem >= plain.host_mibs[:, None])
+    return _Room(host, _weights(b, r, plain) if weights is None else weights)
+
+
+def _rooms(b: GpuBatch, r: Ints, plain: _Plain, pod: GpuDemand) -> tuple[_Room, _Room]:
+    """``_room`` before and after ``pod``: the model weights are the same, made once."""
+    weights = _weights(b, r, plain)
+    return _room(b, r, plain, None, weights), _room(b, r, plain, pod, weights)
+
+
+def _weights(b: GpuBatch, r: Ints, plain: _Plain) -> Floats:
+    """[shape, node] ``_Room.weights``; [shape, 1] (broadcast, nothing per node to make)
+    when no shape of the mix names models, as with the learned mix."""
+    if not any(plain.models):
+        return plain.shares[:, None]
     weights = np.repeat(plain.shares[:, None], len(r), axis=1)
     for k, models in enumerate(plain.models):
         if models:
             weights[k] *= np.isin(b.model[r], models)
-    return _Room(host, weights)
+    return weights
 
 
 def _place(
