@@ -113,6 +113,19 @@ def _bound_rows(core: Any, headroom: Headroom, ns: str, name: str) -> tuple[Any,
     return found
 
 
+def _shareable_node(
+    res: Any, make_node: Any, headroom: Any, name: str, itype: str, spec: str
+) -> tuple[str, Any]:
+    """An on-demand ``itype`` node whose agent reports ``spec`` and whose ResourceSlice
+    publishes those GPUs as shareable (memory capacity, allowMultipleAllocations), with
+    headroom's DeviceClass: the node's name and its simulated driver."""
+    node = make_node(name, gpus=0, capacity_type="on-demand", instance_type=itype)
+    driver = headroom.agent(node, spec)
+    res.create_resource_slice(nvidia_slice(node, driver.gpu_uuids, shareable=True))
+    res.create_device_class(headroom_claim("--memory", "1Gi", "--device-class")[1])
+    return node, driver
+
+
 def _shared_pod(res: Any, core: Any, ns: str, name: str, memory: str) -> None:
     (template,) = headroom_claim("--memory", memory, "--shared")
     res.create_namespaced_resource_claim(ns, claim_from(template, f"{name}-gpu"))
@@ -131,10 +144,9 @@ def test_shared_claims_share_a_24gi_gpu_only_where_they_fit(
     ``consumedCapacity`` says, named by its share."""
     core: Any = k8s.CoreV1Api(k8s_client)
     res: Any = k8s.ResourceV1Api(k8s_client)
-    node = make_node("dra-share", gpus=0, capacity_type="on-demand", instance_type="g5.12xlarge")
-    driver = headroom.agent(node, "2xA10G:24Gi")
-    res.create_resource_slice(nvidia_slice(node, driver.gpu_uuids, shareable=True))
-    res.create_device_class(headroom_claim("--memory", "1Gi", "--device-class")[1])
+    node, driver = _shareable_node(
+        res, make_node, headroom, "dra-share", "g5.12xlarge", "2xA10G:24Gi"
+    )
     kube_scheduler(headroom.url)
     try:
         rows: dict[str, dict[str, Any]] = {}
@@ -181,10 +193,7 @@ def test_share_over_measured_headroom_is_refused_though_dra_has_room(
     with a reason that says so."""
     core: Any = k8s.CoreV1Api(k8s_client)
     res: Any = k8s.ResourceV1Api(k8s_client)
-    node = make_node("dra-over", gpus=0, capacity_type="on-demand", instance_type="g5.xlarge")
-    driver = headroom.agent(node, "1xA10G:24Gi")
-    res.create_resource_slice(nvidia_slice(node, driver.gpu_uuids, shareable=True))
-    res.create_device_class(headroom_claim("--memory", "1Gi", "--device-class")[1])
+    node, driver = _shareable_node(res, make_node, headroom, "dra-over", "g5.xlarge", "1xA10G:24Gi")
     kube_scheduler(headroom.url)
     try:
         _shared_pod(res, core, namespace, "greedy", "10Gi")
