@@ -21,8 +21,6 @@ from extender.scoring.policy import (
     Context,
     Shape,
     chosen_fill_after,
-    host_fill_after,
-    imbalance_after,
     node_fill_after,
 )
 
@@ -129,7 +127,7 @@ def delta(node: NodeView, demand: GpuDemand, chosen: Sequence[GpuView], ctx: Con
 
 
 TIE = 1 / 64  # the headroom policy's tie weight (``policies.headroom.TIE``)
-BALANCE = 1.0  # and its balance weight (``policies.headroom.BALANCE``)
+STRANDING = 1.0  # and its stranding weight (``policies.headroom.STRANDING``)
 
 
 def raw(
@@ -141,8 +139,40 @@ def raw(
     if policy == "headroom":
         lim = ctx.limits
         gpu_fill = node_fill_after(node, demand, chosen, lim)
-        fill = 0.5 * chosen_fill_after(demand, chosen, lim) + 0.5 * host_fill_after(
-            node, demand, gpu_fill
-        )
-        score = score - BALANCE * imbalance_after(node, demand, gpu_fill) + TIE * fill
+        fill = 0.5 * chosen_fill_after(demand, chosen, lim) + 0.5 * gpu_fill
+        added = sum(unit_mib(g, demand, lim) for g in chosen)
+        strand = stranding_delta(node, demand, float(added), ctx.mix)
+        score = score - STRANDING * strand + TIE * fill
     return chosen, score
+
+
+def stranding_delta(node: NodeView, pod: GpuDemand, added: float, mix: Mix) -> float:
+    """(S after - S before) / GiB: S is the node's free GPU memory that its free CPU or host
+    memory cannot serve at the mix's mean CPU and memory per pod (``scoring.stranding``)."""
+    plain = [(Shape(*shape), p) for shape, p in mix]
+    plain = [(s, p) for s, p in plain if not s.mig_profile]
+    if not plain:
+        return 0.0
+    gpu_mib = float(max((g.total_mib for g in node.gpus if not g.mig_profile), default=0))
+    per_pod = 0.0
+    for s, p in plain:
+        unit = gpu_mib if s.memory_mib is None else min(float(s.memory_mib), gpu_mib)
+        per_pod = per_pod + p * (s.gpus * unit)
+    cpu = mem = 0.0
+    for s, p in plain:
+        cpu += p * s.cpu_milli
+        mem += p * s.host_memory_mib
+    host = host_of(node)
+    free = float(max(0, node.total_mib - node.committed_mib))
+
+    def stranded(gpu_free: float, cpu_free: int | None, mem_free: int | None) -> float:
+        reach = float("inf")
+        for asked, left in ((cpu, cpu_free), (mem, mem_free)):
+            if asked > 0 and left is not None:
+                reach = min(reach, (max(left, 0) * per_pod) / asked)
+        return max(0.0, gpu_free - reach)
+
+    before = stranded(free, host[0], host[1])
+    after_host = host_of(node, pod)
+    after = stranded(max(0.0, free - added), after_host[0], after_host[1])
+    return (after - before) / 1024

@@ -41,16 +41,22 @@ def scores(policy: Any, views: list[NodeView], demand: GpuDemand) -> list[float]
 
 def test_a_cpu_pod_goes_where_it_strands_no_gpu() -> None:
     views = [
-        node("busy", 4, busy=4, cpu_alloc=32_000, cpu_used=8_000),  # CPU would idle
+        node("busy", 4, busy=4, cpu_alloc=32_000, cpu_used=8_000),  # no free GPU to strand
         node("cpu-only", 0, busy=0, cpu_alloc=32_000, cpu_used=0),
-        node("roomy", 4, busy=0, cpu_alloc=64_000, cpu_used=0),  # idle GPUs, CPU to spare
-        node("tight", 4, busy=0, cpu_alloc=12_000, cpu_used=0),  # 6 cores leave 6: < 8
+        node("roomy", 4, busy=0, cpu_alloc=64_000, cpu_used=0),  # 58 cores serve all 4 GPUs
+        node("short", 4, busy=0, cpu_alloc=32_000, cpu_used=0),  # 26 cores serve 3.25 of 4
+        node("tight", 4, busy=0, cpu_alloc=12_000, cpu_used=0),  # 6 cores left: < 8
     ]
     pod = GpuDemand(0, cpu_milli=6_000)
-    busy, cpu_only, roomy, tight = scores(Headroom(), views, pod)
-    assert busy > cpu_only == 0.0 > roomy > tight
-    # FGD sees only the stranding: 4 idle GPUs (96 GiB) lose their 8-core shape on "tight"
-    assert scores(Fgd(), views, pod) == [0.0, 0.0, 0.0, -96.0]
+    busy, cpu_only, roomy, short, tight = scores(Headroom(), views, pod)
+    assert busy == cpu_only == roomy == 0.0
+    # every shape still fits on "short", so F is unchanged, but its CPU no longer keeps up
+    # with its idle GPUs at 8 cores each: 0.75 GPU (18 GiB) stranded
+    assert short == -18.0
+    # "tight": F loses all 4 idle GPUs (96 GiB), and the CPU serves 0.75 GPU instead of 1.5
+    assert tight == -(96.0 + 18.0)
+    # FGD sees only what F sees
+    assert scores(Fgd(), views, pod) == [0.0, 0.0, 0.0, 0.0, -96.0]
 
 
 def test_nodes_without_a_report_are_neutral() -> None:
@@ -71,7 +77,8 @@ def cpu_only_pod(name: str, cpu: str) -> dict[str, Any]:
 def test_prioritize_ranks_a_cpu_pod_away_from_idle_gpus(tmp_path: Path) -> None:
     """Over HTTP: a node whose GPUs are all granted and a node the extender has no report of
     (a CPU-only node) cost nothing and score 10; the node whose idle GPUs need the CPU
-    scores in the lower tier; the filter still passes every node (the in-tree filter
+    (the GPU pods seen so far ask 8 cores a GPU, and 4 of its 16 would leave 12 for 2 idle
+    GPUs) scores in the lower tier; the filter still passes every node (the in-tree filter
     judges CPU-only pods)."""
     with running_extender(tmp_path) as ext:
         for name in ("busy", "idle"):
@@ -79,6 +86,7 @@ def test_prioritize_ranks_a_cpu_pod_away_from_idle_gpus(tmp_path: Path) -> None:
             assert report_with(ext, name, {"cpu": "16", "memory": "64Gi"}).status_code == 200
         for i in range(2):
             pod = gpu_pod(f"g{i}")
+            pod["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "8"}
             assert ext.post("filter", ext.schedule_args(pod, ["busy"])).json()["NodeNames"]
             bind = {"PodName": f"g{i}", "PodNamespace": "ml", "PodUID": f"uid-g{i}", "Node": "busy"}
             assert ext.post("bind", bind).json() == {"Error": ""}

@@ -154,11 +154,14 @@ def test_allowed_models_from_selector_and_required_affinity() -> None:
 
 
 def test_headroom_fills_nodes_in_step_over_their_resources() -> None:
-    """Two idle 8-GPU nodes, equal on GPUs: one CPU-rich, one CPU-poor. A CPU-hungry pod
-    goes to the CPU-rich one, a CPU-light pod to the CPU-poor one, so neither node ends
-    with GPUs stranded behind its CPU (FGD's F alone sees no difference before it happens)."""
+    """Two idle 8-GPU nodes, equal on GPUs: one CPU-rich, one CPU-poor, and a workload of
+    whole GPUs with 8 cores each (the poor node's 48 cores serve 6 of its 8 GPUs). A
+    CPU-hungry pod goes to the CPU-rich one, a CPU-light pod to the CPU-poor one, where it
+    takes a GPU its CPU could not have served, so neither node ends with GPUs stranded
+    behind its CPU (FGD's F alone sees no difference: every shape still fits on both)."""
     rich, poor = node("rich", 8, 192_000, cpu=192_000), node("poor", 8, 48_000, cpu=48_000)
-    policy, ctx = policy_by_name("headroom"), Context(EXACT, ((Shape(1, None), 1.0),))
+    mix = ((Shape(1, None, "", 8_000, 0), 1.0),)
+    policy, ctx = policy_by_name("headroom"), Context(EXACT, mix)
     hungry, light = GpuDemand(1, None, cpu_milli=20_000), GpuDemand(1, None, cpu_milli=2_000)
     for pod, want in ((hungry, "rich"), (light, "poor")):
         raw = {n.name: evaluate(n, pod, policy, ctx).raw for n in (rich, poor)}

@@ -216,10 +216,16 @@ def node_fill_at(
     total: Ints, node_total: Ints, node_committed: Ints, ask: int, slots: Ints, rows: Ints
 ) -> Floats:
     """``policy.node_fill_after`` of each row of ``rows``, its chosen slots in ``slots``."""
+    added = added_at(total, ask, slots, rows)
+    return np.minimum(1.0, _ratio(node_committed[rows] + added, node_total[rows]))
+
+
+def added_at(total: Ints, ask: int, slots: Ints, rows: Ints) -> Ints:
+    """MiB a pod commits on each row of ``rows`` over its chosen slots in ``slots``."""
     added = np.zeros(len(rows), np.int64)
     for k in range(slots.shape[0]):
         added += total[slots[k], rows] if ask == WHOLE else ask
-    return np.minimum(1.0, _ratio(node_committed[rows] + added, node_total[rows]))
+    return added
 
 
 def host_fill_at(b: GpuBatch, gpu_fill: Floats, demand: GpuDemand, rows: Ints) -> Floats:
@@ -228,23 +234,6 @@ def host_fill_at(b: GpuBatch, gpu_fill: Floats, demand: GpuDemand, rows: Ints) -
     requested = alloc - b.cpu_free[rows] + demand.cpu_milli
     cpu = np.minimum(1.0, _ratio(requested, alloc))
     return np.where(alloc > 0, 0.5 * gpu_fill + 0.5 * cpu, gpu_fill)
-
-
-def node_gpu_fill(b: GpuBatch, rows: Ints) -> Floats:
-    """Fraction of each row's GPU memory committed now (0 on a node without GPUs)."""
-    return np.minimum(1.0, _ratio(b.node_committed[rows], b.node_total[rows]))
-
-
-def imbalance_at(b: GpuBatch, gpu_fill: Floats, demand: GpuDemand, rows: Ints) -> Floats:
-    """``policy.imbalance_after`` of each row of ``rows`` given its GPU fill after."""
-    out = np.zeros(len(rows))
-    for alloc, free, ask in (
-        (b.cpu_alloc[rows], b.cpu_free[rows], demand.cpu_milli),
-        (b.mem_alloc[rows], b.mem_free[rows], demand.host_memory_mib),
-    ):
-        fill = _ratio(alloc - free + ask, alloc)
-        out = out + np.where(alloc > 0, np.abs(fill - gpu_fill), 0.0)
-    return out
 
 
 def _ratio(part: Ints, whole: Ints) -> Floats:

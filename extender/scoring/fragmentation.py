@@ -39,11 +39,10 @@ from extender.scoring.batch import (
     Floats,
     GpuBatch,
     Ints,
+    added_at,
     ask_of,
     chosen_fill_at,
-    host_fill_at,
     host_fits,
-    imbalance_at,
     node_fill_at,
 )
 from extender.scoring.model import (
@@ -55,6 +54,7 @@ from extender.scoring.model import (
     Shape,
     ShapeLike,
 )
+from extender.scoring.stranding import stranding_delta
 
 Mix = Sequence[tuple[ShapeLike, float]]
 
@@ -78,15 +78,14 @@ def greedy_scores(
     mix: Mix,
     tie_by_free: bool,
     tie: float,
-    balance: float = 0.0,
+    stranding: float = 0.0,
 ) -> tuple[Bools, Floats]:
     """FGD's greedy placement for these rows of ``b`` (all when None; -1: a node that is
     unavailable, which never fits), read in place: whether each row fits (capacity-type
     rule, ``demand.count`` slots that ``can_hold`` a unit) and, where it does, the score
-        -(F after placing every unit - F before) / GiB - balance x imbalance + tie x fill
-    fill = 0.5 x the chosen GPUs' fill after + 0.5 x the node's over GPU and CPU
-    (``batch.host_fill_at``), imbalance = ``batch.imbalance_at`` (both computed only when
-    tie or balance is not 0); 0 where it does not fit.
+        -(F after placing every unit - F before) / GiB - stranding x dS + tie x fill
+    dS: ``stranding.stranding_delta``; fill: 0.5 x the chosen GPUs' fill after + 0.5 x
+    the node's (GPU memory); 0 where it does not fit.
     Ties on F go to the slot with least headroom when ``tie_by_free`` (the ``headroom``
     policy), then to the lowest index (both FGD policies).
 
@@ -111,15 +110,15 @@ def greedy_scores(
         st = _state(b, r, lim, ask_of(demand))
     rooms = _rooms(b, r, plain, demand)
     before, after, slots = _place(st, int(demand.count), plain, rooms, tie_by_free)
-    fill = imbalance = np.zeros(len(r))
-    if tie != 0.0 or balance != 0.0:
-        ask = ask_of(demand)
+    fill = strand = np.zeros(len(r))
+    ask = ask_of(demand)
+    if tie != 0.0:
         node = node_fill_at(b.total, b.node_total, b.node_committed, ask, slots, r)
-        fill = 0.5 * chosen_fill_at(b.total, b.committed, ask, slots, r) + 0.5 * host_fill_at(
-            b, node, demand, r
-        )
-        imbalance = imbalance_at(b, node, demand, r)
-    raw[fits] = -((after - before) / 1024) - balance * imbalance + tie * fill
+        fill = 0.5 * chosen_fill_at(b.total, b.committed, ask, slots, r) + 0.5 * node
+    if stranding != 0.0:
+        added = added_at(b.total, ask, slots, r).astype(np.float64)
+        strand = stranding_delta(b, r, tuple(mix), demand, added)
+    raw[fits] = -((after - before) / 1024) - stranding * strand + tie * fill
     return fits, raw
 
 

@@ -4,29 +4,30 @@ kube-scheduler's in-tree scores spread a CPU-only pod over the least allocated n
 nodes among them; each such pod takes CPU and memory that a node's idle GPUs may need, and
 a GPU behind exhausted CPU or memory is stranded (the openb trace on all 1,523 nodes:
 docs/scheduling.md). A policy that implements ``HostScorer`` scores these pods too:
-    raw   = -(F after - F before) / GiB - balance x (imbalance after - imbalance before)
+    raw   = -(F after - F before) / GiB - stranding x (S after - S before) / GiB
 F is FGD's fragmentation (``fragmentation.host_delta``: GPUs the pod leaves without the
-host room a shape of the mix needs); imbalance = |CPU fill - GPU fill| + |memory fill -
-GPU fill| (``batch.imbalance_at``), counted only on nodes with GPUs. So a node whose GPUs
-are busy and whose CPU would otherwise idle gains, a node with idle GPUs loses, and a node
-without GPUs, or one the extender has no report of, is neutral (0). The reply's integers
-come in two tiers (``host_priorities``), with no cost term (prices are per GPU memory).
+host room a shape of the mix needs); S is the GPU memory the node's CPU and host memory
+can no longer serve at the mix's ratio (``stranding.py``). So a node whose CPU keeps up
+with its free GPUs costs nothing, a node whose idle GPUs need the CPU the pod would take
+loses, and a node without GPUs, or one the extender has no report of, is neutral (0). The
+reply's integers come in two tiers (``host_priorities``), with no cost term (prices are
+per GPU memory).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from extender.scoring.batch import Floats, GpuBatch, Ints, imbalance_at, node_gpu_fill
+from extender.scoring.batch import Floats, GpuBatch, Ints
 from extender.scoring.fragmentation import Mix, host_delta
 from extender.scoring.model import MAX_PRIORITY, GpuDemand, Limits
+from extender.scoring.stranding import stranding_delta
 
-NOTHING = GpuDemand(0)
 COSTLY_TOP = 5  # the best score a node where the pod costs something can get
 
 
 def host_scores(
-    b: GpuBatch, rows: Ints, demand: GpuDemand, lim: Limits, mix: Mix, balance: float
+    b: GpuBatch, rows: Ints, demand: GpuDemand, lim: Limits, mix: Mix, stranding: float
 ) -> Floats:
     """``raw`` per row of ``rows`` (-1: a node without a usable report, scored 0)."""
     raw = np.zeros(len(rows))
@@ -34,10 +35,10 @@ def host_scores(
     if not known.any():
         return raw
     r = rows[known]
-    delta = host_delta(b, r, demand, lim, mix)
-    gpu_fill = node_gpu_fill(b, r)
-    change = imbalance_at(b, gpu_fill, demand, r) - imbalance_at(b, gpu_fill, NOTHING, r)
-    raw[known] = -(delta / 1024) - balance * np.where(b.node_total[r] > 0, change, 0.0)
+    raw[known] = -(host_delta(b, r, demand, lim, mix) / 1024)
+    if stranding != 0.0:
+        strand = stranding_delta(b, r, tuple(mix), demand, np.zeros(len(r)))
+        raw[known] -= stranding * strand
     return raw
 
 

@@ -98,21 +98,6 @@ def host_fill_after(node: NodeView, demand: GpuDemand, gpu_fill: float) -> float
     return 0.5 * gpu_fill + 0.5 * min(1.0, (node.cpu_requested_milli + demand.cpu_milli) / alloc)
 
 
-def imbalance_after(node: NodeView, demand: GpuDemand, gpu_fill: float) -> float:
-    """|CPU fill - GPU fill| + |memory fill - GPU fill| of the node once the pod is placed
-    (a resource whose allocatable is not known adds 0). A node filled in step over its
-    resources ends with none of them stranded: a CPU-hungry pod belongs on a node with CPU
-    to spare for its GPUs, a CPU-light one where CPU is short."""
-    out = 0.0
-    if node.cpu_allocatable_milli > 0:
-        cpu = (node.cpu_requested_milli + demand.cpu_milli) / node.cpu_allocatable_milli
-        out += abs(cpu - gpu_fill)
-    if node.memory_allocatable_mib > 0:
-        mem = (node.memory_requested_mib + demand.host_memory_mib) / node.memory_allocatable_mib
-        out += abs(mem - gpu_fill)
-    return out
-
-
 def chosen_fill_after(demand: GpuDemand, chosen: Sequence[GpuView], lim: Limits) -> float:
     """Fraction of the chosen GPUs' memory committed once the pod is placed."""
     total = sum(g.total_mib for g in chosen)

@@ -52,4 +52,4 @@ class Fgd:
     def score_host_rows(
         self, b: nb.GpuBatch, rows: nb.Ints, demand: GpuDemand, ctx: Context
     ) -> nb.Floats:
-        return host_scores(b, rows, demand, ctx.limits, ctx.mix, balance=0.0)
+        return host_scores(b, rows, demand, ctx.limits, ctx.mix, stranding=0.0)

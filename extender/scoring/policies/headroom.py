@@ -1,22 +1,25 @@
-"""Headroom (the project default): FGD's fragmentation delta, best fit to break its ties.
+"""Headroom (the project default): FGD's fragmentation delta and the GPU memory stranded
+behind CPU and host memory, best fit to break their ties.
 
 For the expected workload M (``ctx.mix``) and F as in ``fgd.py`` (defined once, in
 ``extender.scoring.fragmentation``):
     place: per unit, the fitting GPU minimising F after placement; ties: least headroom
            (best fit), then lowest index
-    score = -(F_after - F_before) / GiB - BALANCE * imbalance_after(node)
-            + TIE * (0.5 * fill_after(chosen GPUs) + 0.5 * host_fill_after(node))
-    BALANCE = 1 (GiB of fragmentation per unit of imbalance), TIE = 1/64
-    imbalance_after = |CPU fill - GPU fill| + |memory fill - GPU fill| once placed
-F counts the whole node (a GPU on a node without the CPU or memory a shape needs is
-fragmented for it), but only once it has happened; the balance term acts before: it sends
-a CPU-hungry pod to a node with CPU to spare for its GPUs and a CPU-light one where CPU is
-short, so nodes fill in step and none ends with GPUs stranded behind its CPU or memory
-(on the openb trace: docs/scheduling.md). host_fill_after is the node's fill over GPU
-memory and CPU, so equal pods pack instead of spreading.
+    score = -(F_after - F_before) / GiB - STRANDING * (S_after - S_before) / GiB
+            + TIE * (0.5 * fill_after(chosen GPUs) + 0.5 * fill_after(node's GPUs))
+    STRANDING = 1 (a GiB stranded counts as a GiB fragmented), TIE = 1/64
+S (``extender.scoring.stranding``) is the node's free GPU memory that its free CPU or host
+memory cannot serve at the mix's CPU and memory per GPU-MiB. F counts the whole node (a
+GPU on a node without the CPU or memory a shape needs is fragmented for it), but only once
+it has happened; S sees it coming: it sends a CPU-hungry pod to a node with CPU to spare
+for its GPUs and a CPU-light one where CPU is short, and is 0 wherever the host keeps up,
+so there cost and packing decide (on the openb trace and the synthetic cluster:
+docs/scheduling.md).
 The tie term (< 1/64 GiB of fragmentation) only orders placements FGD finds equal (a
 whole GPU taken from any node with idle GPUs changes F by 0), towards the fullest GPU and
-node, so equal-fragmentation pods pack instead of spreading or landing at random.
+node, so equal-fragmentation pods pack instead of spreading or landing at random. It
+measures GPU memory only: CPU is S's to weigh. A CPU fill in it (tried) ranks nodes by
+CPU wherever S is 0, ahead of cost; both ways are measured in docs/scheduling.md.
 Cost is not in this formula: ``framework.priorities`` blends the cost term, and
 ``narrowing.narrow`` keeps the filter's passing set to the best blended nodes so the
 scheduler's integer rounding, in-tree scores and random ties cannot undo the order.
@@ -28,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from extender.scoring import batch as nb
+from extender.scoring.fit import unit_mib
 from extender.scoring.fragmentation import fragmentation_delta, greedy_place, greedy_scores
 from extender.scoring.hostonly import host_scores
 from extender.scoring.model import GpuDemand, GpuView, NodeView
@@ -35,13 +39,12 @@ from extender.scoring.policy import (
     Context,
     by_index,
     chosen_fill_after,
-    host_fill_after,
-    imbalance_after,
     node_fill_after,
 )
+from extender.scoring.stranding import node_stranding_delta
 
 TIE = 1 / 64
-BALANCE = 1.0
+STRANDING = 1.0
 
 
 class Headroom:
@@ -62,10 +65,10 @@ class Headroom:
         lim = ctx.limits
         delta_gib = fragmentation_delta(node, demand, chosen, lim, ctx.mix) / 1024
         gpu_fill = node_fill_after(node, demand, chosen, lim)
-        fill = 0.5 * chosen_fill_after(demand, chosen, lim) + 0.5 * host_fill_after(
-            node, demand, gpu_fill
-        )
-        return -delta_gib - BALANCE * imbalance_after(node, demand, gpu_fill) + TIE * fill
+        fill = 0.5 * chosen_fill_after(demand, chosen, lim) + 0.5 * gpu_fill
+        added = sum(unit_mib(g, demand, lim) for g in chosen)
+        strand = node_stranding_delta(node, demand, added, lim, tuple(ctx.mix))
+        return -delta_gib - STRANDING * strand + TIE * fill
 
     def score_batch(
         self, b: nb.GpuBatch, demand: GpuDemand, hold: nb.Bools, ctx: Context
@@ -76,10 +79,10 @@ class Headroom:
         self, b: nb.GpuBatch, rows: nb.Ints | None, demand: GpuDemand, ctx: Context
     ) -> tuple[nb.Bools, nb.Floats]:
         return greedy_scores(
-            b, rows, demand, ctx.limits, ctx.mix, tie_by_free=True, tie=TIE, balance=BALANCE
+            b, rows, demand, ctx.limits, ctx.mix, tie_by_free=True, tie=TIE, stranding=STRANDING
         )
 
     def score_host_rows(
         self, b: nb.GpuBatch, rows: nb.Ints, demand: GpuDemand, ctx: Context
     ) -> nb.Floats:
-        return host_scores(b, rows, demand, ctx.limits, ctx.mix, balance=BALANCE)
+        return host_scores(b, rows, demand, ctx.limits, ctx.mix, stranding=STRANDING)

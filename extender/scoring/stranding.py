@@ -1,0 +1,114 @@
+"""GPU memory stranded behind a node's CPU or host memory, at the workload's own ratio.
+
+A node's free GPU memory is worth something only to pods that also find CPU and host
+memory there. Per pod, the workload mix (``Context.mix``, shares p_m) asks on average
+    g(n) = sum_m p_m * count_m * unit_m(n)   MiB of this node's GPUs (a whole GPU: the
+                                             node's largest; a slice: its memory, capped)
+    c    = sum_m p_m * cpu_m                 milli-CPU
+    h    = sum_m p_m * host_memory_m         MiB of host memory
+so the node's free CPU C serves C * g(n) / c of its free GPU memory G, its free host memory
+M serves M * g(n) / h, and the rest cannot be reached by the workload:
+    S(n) = max(0, G - min(C * g(n) / c, M * g(n) / h))   (MiB; a resource the node does
+                                                          not report, or the mix does not
+                                                          ask, sets no bound)
+The ``headroom`` policy adds -(S after - S before) / GiB to F's delta, in the same unit: a
+GiB stranded counts as a GiB fragmented (``policies/headroom.py``, ``hostonly.py``).
+
+Why beside F: F (``fragmentation.py``) counts a GPU fragmented for a shape only once the
+node cannot run one more pod of it. S sees it coming: a node with four idle GPUs and CPU
+for two more pods of the mix has two GPUs stranded while every shape still fits, so a
+CPU-hungry pod is sent where CPU is to spare and a CPU-light one where it is short.
+Why not the fill imbalance |CPU fill - GPU fill| used before: it also ranks nodes whose
+GPUs are in no danger (CPU to spare at any fill), and so overrode the cost blend and the
+packing tie-break there (docs/scheduling.md: the synthetic cluster lost 1.4 points of
+allocation and a third more $ per GiB-hour to it). S is 0 wherever CPU and memory keep up
+with the GPUs, and there the cost and the tie-break decide as before.
+
+Sums over the mix run in mix order in plain floats, so the per-node oracle
+(``tests/fragmentation_reference.py``) gets the same bits.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import numpy as np
+
+from extender.scoring.batch import WHOLE, Floats, GpuBatch, Ints
+from extender.scoring.model import GpuDemand, Limits, NodeView, Shape, ShapeLike
+
+MixKey = tuple[tuple[ShapeLike, float], ...]
+
+
+class PerPod(NamedTuple):
+    """The mix's mean pod: GPU asks per shape (summed per node, as ``g(n)`` needs the
+    node's GPU size) and the mean CPU and host memory."""
+
+    gpu_asks: tuple[tuple[float, int, int], ...]  # (share, count, MiB per GPU or WHOLE)
+    cpu_milli: float
+    host_mib: float
+
+
+@functools.lru_cache(maxsize=16)  # the mix changes rarely
+def per_pod(mix: MixKey) -> PerPod:
+    """The mix's mean pod; MIG shapes ask fixed partitions, not memory, and are left out."""
+    asks: list[tuple[float, int, int]] = []
+    cpu = host = 0.0
+    for shape, share in mix:
+        s = Shape(*shape)
+        if s.mig_profile:
+            continue
+        asks.append((share, s.gpus, WHOLE if s.memory_mib is None else s.memory_mib))
+        cpu += share * s.cpu_milli
+        host += share * s.host_memory_mib
+    return PerPod(tuple(asks), cpu, host)
+
+
+def gpu_per_pod(pod: PerPod, gpu_mib: Floats) -> Floats:
+    """g(n) for nodes whose largest GPU has ``gpu_mib``."""
+    out = np.zeros(len(gpu_mib))
+    for share, count, mib in pod.gpu_asks:
+        unit = gpu_mib if mib == WHOLE else np.minimum(float(mib), gpu_mib)
+        out = out + share * (count * unit)
+    return out
+
+
+def stranded(
+    pod: PerPod, g: Floats, gpu_free: Floats, known: tuple[Ints, Ints], free: tuple[Ints, Ints]
+) -> Floats:
+    """S in MiB per node: ``gpu_free`` G, ``free`` (C, M) where ``known`` (allocatable > 0)."""
+    reach = np.full(len(g), np.inf)
+    for asked, alloc, left in zip((pod.cpu_milli, pod.host_mib), known, free, strict=True):
+        if asked > 0:
+            served = (np.maximum(left, 0) * g) / asked
+            reach = np.where(alloc > 0, np.minimum(reach, served), reach)
+    return np.maximum(0.0, gpu_free - reach)
+
+
+def stranding_delta(
+    b: GpuBatch, rows: Ints, mix: MixKey, pod_asks: GpuDemand, gpu_added: Floats
+) -> Floats:
+    """(S after - S before) / GiB of each row of ``rows`` once a pod is placed there that
+    takes ``pod_asks``' CPU and host memory and ``gpu_added`` MiB of the row's GPUs."""
+    pod = per_pod(mix)
+    if not pod.gpu_asks:
+        return np.zeros(len(rows))
+    g = gpu_per_pod(pod, b.total[:, rows].max(axis=0, initial=0).astype(np.float64))
+    known = (b.cpu_alloc[rows], b.mem_alloc[rows])
+    cpu, mem = b.cpu_free[rows], b.mem_free[rows]
+    gpu = np.maximum(0, b.node_total[rows] - b.node_committed[rows]).astype(np.float64)
+    before = stranded(pod, g, gpu, known, (cpu, mem))
+    left = (cpu - pod_asks.cpu_milli, mem - pod_asks.host_memory_mib)
+    after = stranded(pod, g, np.maximum(0.0, gpu - gpu_added), known, left)
+    return (after - before) / 1024
+
+
+def node_stranding_delta(
+    node: NodeView, demand: GpuDemand, gpu_added: int, lim: Limits, mix: MixKey
+) -> float:
+    """``stranding_delta`` of one node (bind, preemption): the same code on a one-node batch."""
+    b = GpuBatch.from_views([node], lim)
+    at = np.zeros(1, dtype=np.int64)
+    added = np.array([float(gpu_added)])
+    return float(stranding_delta(b, at, mix, demand, added)[0])
