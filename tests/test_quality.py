@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.quality.__main__ import CONTENDERS, main, make_policy
+from bench.quality.__main__ import CONTENDERS, Setup, main, make_policy, workload
 from bench.quality.cluster import SPOT, SimNode, make_cluster, model_memory, read_alibaba_nodes
 from bench.quality.report import END, START
 from bench.quality.run import Result, inflate
@@ -229,3 +229,20 @@ def test_main_on_the_sample_writes_table_and_plots(tmp_path: Path) -> None:
         assert f"| {c.label} |" in text
     assert (tmp_path / "quality-allocation.png").stat().st_size > 10_000
     assert (tmp_path / "quality-cost.png").stat().st_size > 10_000
+
+
+def test_a_price_file_changes_the_synthetic_cluster_s_gpus() -> None:
+    """``--price-file`` puts a catalogue under the evaluator's cluster: the file that
+    reproduces issue 25's synthetic bar gives A10G, L4 and L40S their binary-GiB memory
+    (the bundled catalogue has AWS's figures, docs/scheduling.md)."""
+    catalogue = str(Path(__file__).resolve().parents[1] / "bench/quality/prices-binary-gib.json")
+    memory: dict[str | None, dict[str, set[int]]] = {}
+    for price_file in (None, catalogue):
+        nodes, _ = workload(Setup(60, 0.5, 10, 1.3, 200, price_file=price_file), seed=1)
+        by_model: dict[str, set[int]] = {}
+        for n in nodes:
+            by_model.setdefault(n.model, set()).update(n.gpu_total_mib)
+        memory[price_file] = by_model
+    assert memory[None]["A10G"] == {22_888} and memory[catalogue]["A10G"] == {24_576}
+    assert memory[None]["L40S"] == {45_776} and memory[catalogue]["L40S"] == {49_152}
+    assert memory[None]["H100"] == memory[catalogue]["H100"] == {81_920}

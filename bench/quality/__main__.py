@@ -70,6 +70,7 @@ class Setup:
     alibaba_nodes: Path | None = None
     alibaba_pods: Path | None = None
     openb: str = ""  # "gpu" | "all": the paper's setting (see the module docstring)
+    price_file: str | None = None  # on top of the bundled catalogue (load_pricebook)
 
 
 def make_policy(name: str, seed: int) -> NodePolicy:
@@ -81,7 +82,7 @@ def make_policy(name: str, seed: int) -> NodePolicy:
 
 
 def workload(setup: Setup, seed: int) -> tuple[list[SimNode], list[TracePod]]:
-    prices = load_pricebook()
+    prices = load_pricebook(setup.price_file)
     if setup.alibaba_nodes and setup.alibaba_pods:
         paper, everything = bool(setup.openb), setup.openb == "all"
         nodes = read_alibaba_nodes(
@@ -139,6 +140,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--alibaba-pods", type=Path, help="openb_pod_list CSV")
     ap.add_argument("--no-ideal", action="store_true", help="skip the ideal-argmax runs")
     ap.add_argument(
+        "--price-file",
+        help="a price file (docs/pricing.md) on top of the bundled catalogue: the cluster's "
+        "instance types take its prices and GPU memory",
+    )
+    ap.add_argument(
         "--openb",
         choices=sorted(OPENB_NODES),
         help="the openb trace from ../shared/data/openb: GPU nodes only, or all nodes with the "
@@ -162,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         a.alibaba_nodes,
         a.alibaba_pods,
         a.openb or "",
+        a.price_file,
     )
     modes = (KUBE,) if a.no_ideal else (KUBE, IDEAL)
     unknown = set(a.only or ()) - {c.label for c in CONTENDERS}
@@ -175,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
         for f in tqdm(as_completed(futures), total=len(futures), desc="runs", unit="run"):
             r = f.result()
             runs.setdefault((r.label, r.mode), []).append(r)
+    for done in runs.values():
+        done.sort(key=lambda r: r.seed)  # "per seed" reads in seed order, not finishing order
     labels = [c.label for c in chosen]
     text = table(runs, labels)
     if a.openb:

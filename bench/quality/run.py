@@ -30,6 +30,7 @@ class Result:
     mode: str
     capacity_gib: float
     gpus: int
+    seed: int = 0
     arrived: int = 0
     placed: int = 0
     failed: int = 0
@@ -81,7 +82,7 @@ def inflate(
 ) -> Result:
     """Run one policy through the inflation method; ``nodes`` is consumed (mutated)."""
     capacity = sum(n.total_mib for n in nodes)
-    res = Result(label, mode.name, capacity / GIB, sum(len(n.gpu_total_mib) for n in nodes))
+    res = Result(label, mode.name, capacity / GIB, sum(len(n.gpu_total_mib) for n in nodes), seed)
     sched = Scheduler(nodes, policy, ctx, weights, mode, narrowing, seed)
     draw = random.Random(seed * 31 + 7)
     arrived_mib = allocated_mib = 0.0
