@@ -193,7 +193,7 @@ def breakdown(
     """(span, calls, p50 ms, p99 ms, ms per bound pod), in the order of the bind path."""
     order = [
         "http /filter", "http /filter: body read", "service.filter",
-        "plans: a list evaluated afresh", "plans: a list taken from the widest plan",
+        "plans: a list evaluated afresh",
         "http /filter: loop thread on a CPU", "http /filter: loop thread waiting for a CPU",
         "http /filter: loop thread off CPU (GIL, select)",
         "http /prioritize", "http /prioritize: body read", "service.prioritize",

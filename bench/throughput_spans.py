@@ -215,7 +215,6 @@ def install() -> None:
     S.prioritize = timed("service.prioritize", S.prioritize)  # type: ignore[method-assign]
     P = plans_mod.Plans
     P._evaluated = timed("plans: a list evaluated afresh", P._evaluated)  # type: ignore[method-assign]
-    plans_mod._subset = timed("plans: a list taken from the widest plan", plans_mod._subset)
     S.refresh = timed("service.refresh (after each bind, event loop)", S.refresh)  # type: ignore[method-assign]
     Binding._decide = timed("bind: decide + reserve (inventory lock)", Binding._decide)  # type: ignore[method-assign]
     InFlight.enter = timed("bind: in-flight turn", InFlight.enter)  # type: ignore[method-assign]

@@ -31,7 +31,7 @@ import numpy as np
 
 from extender.scheduling.replies import Replies
 from extender.scoring.batch import Bools, Floats, Ints
-from extender.wire.names import Candidates, names_key, picked, same_names
+from extender.wire.names import names_key, picked, same_names
 
 # (reason, unresolvable) for a candidate that does not fit
 Failure = tuple[str, bool]
@@ -110,8 +110,7 @@ class Plans:
         key = (shape, names_key(names))
         plan = self._plans.get(key)
         if plan is None or not same_names(plan.names, names) or now > plan.fresh_until:
-            plan = self._within_parent(names, shape, now, seq, changed, evaluate, stale_after)
-            plan = plan or self._evaluated(names, shape, seq, evaluate, stale_after)
+            plan = self._evaluated(names, shape, seq, evaluate, stale_after)
             self._plans[key] = plan
             while len(self._plans) > self._capacity:
                 self._plans.popitem(last=False)
@@ -137,29 +136,6 @@ class Plans:
             return None
         self._last.move_to_end(shape)
         return parent
-
-    def _within_parent(
-        self,
-        names: Sequence[str],
-        shape: Hashable,
-        now: float,
-        seq: int,
-        changed: Changed,
-        evaluate: Evaluate,
-        stale_after: float,
-    ) -> Plan | None:
-        """A new list whose nodes are all in the shape's widest plan, taken from it once it
-        is brought up to date instead of evaluated again: as nodes fill, kube-scheduler's
-        own filters drop them and nearly every pod brings a list not seen before, and its
-        evaluation was half the filter's time on the scheduling cycle (docs/BENCHMARKS.md,
-        throughput, fourth measurement). Entries are per node, so the picked ones are what
-        an evaluation of the list would give (as a patch relies on). None: evaluate."""
-        widest = self._last.get(shape)
-        if widest is None or _positions(widest.names, names) is None:
-            return None
-        parent = self.parent(shape, now, seq, changed, evaluate, stale_after)
-        at = _positions(parent.names, names) if parent is not None else None
-        return _subset(parent, names, at) if parent is not None and at is not None else None
 
     def _evaluated(
         self,
@@ -197,47 +173,6 @@ class Plans:
             return False
         _patch(plan, redo, seq, evaluate, stale_after)
         return True
-
-
-def _positions(within: Sequence[str], names: Sequence[str]) -> Ints | None:
-    """Where each of ``names`` is in ``within`` (by the decoder's ids, no strings), or
-    None: not both ``Candidates`` with ids of one index, or a name not there."""
-    if not isinstance(within, Candidates) or not isinstance(names, Candidates):
-        return None
-    outer, inner = within.ids, names.ids
-    if outer is None or inner is None or within.token is not names.token or not len(inner):
-        return None
-    if outer.min(initial=0) < 0 or inner.min() < 0:
-        return None
-    where = np.full(int(max(outer.max(initial=-1), inner.max())) + 1, -1, dtype=np.int64)
-    where[outer] = np.arange(len(outer))
-    at = where[inner]
-    return None if (at < 0).any() else at
-
-
-def _subset(parent: Plan, names: Sequence[str], at: Ints) -> Plan:
-    """The plan of ``names``, the entries of ``parent`` at ``at``; as fresh as the
-    parent (its earliest report bounds the subset's)."""
-    inverse = np.full(len(parent.names), -1, dtype=np.int64)
-    inverse[at] = np.arange(len(at))
-    failures: dict[int, Failure] = {}
-    for i, failure in parent.failures.items():
-        j = int(inverse[i])
-        if j >= 0:
-            failures[j] = failure
-    unavailable = np.sort(inverse[parent.unavailable])
-    return Plan(
-        names=names,
-        fits=parent.fits[at],
-        raw=parent.raw[at],
-        price=parent.price[at],
-        failures=failures,
-        seq=parent.seq,
-        fresh_until=parent.fresh_until,
-        unavailable=unavailable[unavailable >= 0],
-        rows=parent.rows[at],
-        layout=parent.layout,
-    )
 
 
 def _received(received: Floats) -> tuple[float, Ints]:
