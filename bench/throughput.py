@@ -192,8 +192,16 @@ def breakdown(
 ) -> list[tuple[str, int, float, float, float]]:
     """(span, calls, p50 ms, p99 ms, ms per bound pod), in the order of the bind path."""
     order = [
-        "http /filter", "service.filter", "http /prioritize", "service.prioritize",
-        "http /bind", "bind pool: wait for a thread", "bind pool: job (decode, service.bind, gc)",
+        "http /filter", "http /filter: body read", "service.filter",
+        "plans: a list evaluated afresh",
+        "http /filter: loop thread on a CPU", "http /filter: loop thread waiting for a CPU",
+        "http /filter: loop thread off CPU (GIL, select)",
+        "http /prioritize", "http /prioritize: body read", "service.prioritize",
+        "http /prioritize: loop thread on a CPU",
+        "http /prioritize: loop thread waiting for a CPU",
+        "http /prioritize: loop thread off CPU (GIL, select)",
+        "http /bind", "http /bind: body read", "bind pool: wait for a thread",
+        "bind pool: job (decode, service.bind, gc)",
         "service.bind", "bind: in-flight turn", "bind: decide + reserve (inventory lock)",
         "ledger record_decision (bind thread waits)",
         "ledger record_decision (in the ledger thread)",

@@ -5,7 +5,10 @@ after wrapping (from the outside, no extender code changed) the calls a pod's fi
 prioritize and bind pass through. Measured, not sampled: a sampling profiler sees where
 CPU goes but not how long a bind *waits* (bind pool queue, SQLite's busy-wait for the
 write lock, the ledger deadline pool, the API server), and waiting is what issue 29 asks
-about. Each span costs two ``perf_counter`` calls and a list append.
+about. Each span costs two ``perf_counter`` calls and a list append. The scheduling cycle's
+requests (``/filter``, ``/prioritize``) are also split by what the event-loop thread did
+meanwhile: on a CPU (``thread_time``), runnable but waiting for one (the kernel's
+``schedstat``), or neither (the interpreter lock, ``select``): two small file reads each.
 
 Spans (seconds, one list per name) stay in memory. ``SIGUSR2`` clears them (after the
 agents' reports, before the timed run); ``SIGUSR1`` writes them as JSON to the file
@@ -28,6 +31,7 @@ from typing import Any
 
 SPANS: dict[str, list[float]] = {}
 COUNTS: dict[str, int] = {}
+CYCLE_VERBS = ("/filter", "/prioritize")  # what kube-scheduler's scheduling cycle waits for
 _where = threading.local()  # which binder call / ledger op a nested span belongs to
 
 
@@ -82,7 +86,9 @@ class TimedPool(ThreadPoolExecutor):
 
 class HttpTimer:
     """ASGI middleware: request start to the last body byte sent (before background
-    tasks such as the plan refresh a bind schedules, which are timed on their own)."""
+    tasks such as the plan refresh a bind schedules, which are timed on their own), and
+    of that, request start to the whole body received (``: body read``): a request whose
+    body comes in several segments waits for the sender between them."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
@@ -91,9 +97,17 @@ class HttpTimer:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        t0 = time.perf_counter()
+        t0, cpu0, queued0 = time.perf_counter(), time.thread_time(), _run_queue_s()
         name = f"http {scope['path']}"
-        done = False
+        done = read = False
+
+        async def timed_receive() -> Any:
+            nonlocal read
+            message = await receive()
+            if not read and not message.get("more_body"):
+                read = True
+                record(f"{name}: body read", time.perf_counter() - t0)
+            return message
 
         async def timed_send(message: Any) -> None:
             nonlocal done
@@ -104,9 +118,28 @@ class HttpTimer:
                 and not done
             ):
                 done = True
-                record(name, time.perf_counter() - t0)
+                wall = time.perf_counter() - t0
+                record(name, wall)
+                if scope["path"] not in CYCLE_VERBS:
+                    return
+                # the loop thread over the same span (other requests it served meanwhile
+                # included): running, runnable but waiting for a CPU, and neither (the
+                # interpreter lock, idle in select)
+                cpu, queued = time.thread_time() - cpu0, _run_queue_s() - queued0
+                record(f"{name}: loop thread on a CPU", cpu)
+                record(f"{name}: loop thread waiting for a CPU", queued)
+                record(f"{name}: loop thread off CPU (GIL, select)", max(0.0, wall - cpu - queued))
 
-        await self.app(scope, receive, timed_send)
+        await self.app(scope, timed_receive, timed_send)
+
+
+def _run_queue_s() -> float:
+    """Seconds the calling thread has spent runnable but waiting for a CPU (schedstat)."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 def _ledger_op(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -158,6 +191,7 @@ def install() -> None:
 
     import extender.http.app as app_mod
     import extender.http.scheduler as scheduler_mod
+    import extender.scheduling.plans as plans_mod
     import extender.wiring as wiring
     from extender.kube.binder import KubeBinder
     from extender.ledger.sql import SqlLedger
@@ -179,6 +213,8 @@ def install() -> None:
     scheduler_mod.collect_due = timed("bind: collect_due (gc)", scheduler_mod.collect_due)
     S.filter = timed("service.filter", S.filter)  # type: ignore[method-assign]
     S.prioritize = timed("service.prioritize", S.prioritize)  # type: ignore[method-assign]
+    P = plans_mod.Plans
+    P._evaluated = timed("plans: a list evaluated afresh", P._evaluated)  # type: ignore[method-assign]
     S.refresh = timed("service.refresh (after each bind, event loop)", S.refresh)  # type: ignore[method-assign]
     Binding._decide = timed("bind: decide + reserve (inventory lock)", Binding._decide)  # type: ignore[method-assign]
     InFlight.enter = timed("bind: in-flight turn", InFlight.enter)  # type: ignore[method-assign]
