@@ -120,8 +120,7 @@ def _edge_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import asyncio
-
+    from extender.core.runtime import run_event_loop
     from extender.settings import Settings
     from extender.wire.logs import setup_logging
     from extender.wiring import build, serve
@@ -130,7 +129,7 @@ def _serve(args: argparse.Namespace) -> int:
     settings = Settings(**overrides)
     setup_logging(settings.log_level)
     built = build(settings)
-    asyncio.run(serve(built, settings))
+    run_event_loop(serve(built, settings))
     return 0
 
 

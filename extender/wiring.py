@@ -199,6 +199,7 @@ async def serve(built: Built, settings: Settings) -> None:
             "body_timeout_s": settings.body_timeout_s,
             "body_budget_bytes": built.app.state.edge.budget.limit,
             "scheduler_verbs": settings.scheduler_verbs,
+            "event_loop": type(asyncio.get_running_loop()).__module__.partition(".")[0],
         },
     )
     plain = _Server(_config(built.app, settings, settings.port, cap))

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
+
+import httpx
+
+from tests.serveproc import ServeProc
 
 
 def _printed(code: str) -> list[str]:
@@ -47,3 +52,16 @@ def test_collect_due_runs_the_collection_cpythons_schedule_would_run_next() -> N
     out = _printed(code)
     # 11 young collections, then the 12th finds the middle generation due (10, default)
     assert out == ["-1"] + ["0"] * 11 + ["1", "1"]
+
+
+def test_serve_runs_on_uvloop(tmp_path: Path) -> None:
+    """A real ``headroom serve`` says at start which event loop serves it: uvloop (a
+    dependency), not the pure-Python loop ``asyncio.run`` gives by default."""
+    serve = ServeProc(tmp_path, str(tmp_path / "h.db"))
+    serve.start()
+    try:
+        assert httpx.get(f"{serve.url}/healthz").status_code == 200
+        edge = [line for line in serve.log_tail(100_000).splitlines() if "HTTP edge" in line]
+        assert edge and '"event_loop": "uvloop"' in edge[0], edge
+    finally:
+        serve.stop()

@@ -21,11 +21,14 @@ library defaults each cost more than the evaluation itself:
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import ctypes.util
 import gc
 import logging
 import sys
+from collections.abc import Coroutine
+from typing import Any
 
 log = logging.getLogger("headroom.runtime")
 
@@ -82,3 +85,18 @@ def tune_malloc() -> bool:
     return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
         mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)
     )
+
+
+def run_event_loop(main: Coroutine[Any, Any, None]) -> None:
+    """Run the server's coroutine on uvloop where it is installed (a dependency except on
+    Windows), else on asyncio's own loop. uvicorn picks uvloop by itself only inside
+    ``uvicorn.run``; ``headroom serve`` starts its listeners from its own coroutine, and
+    ``asyncio.run`` would give it the pure-Python loop, whose ``select`` and callbacks were
+    the largest share of the extender's CPU under kube-scheduler (docs/BENCHMARKS.md,
+    throughput)."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main)
+        return
+    uvloop.run(main)
