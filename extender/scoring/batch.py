@@ -196,7 +196,8 @@ def _chosen_fill(total: Ints, committed: Ints, ask: int, slots: Ints) -> Floats:
 def _node_fill(
     total: Ints, node_total: Ints, node_committed: Ints, ask: int, slots: Ints
 ) -> Floats:
-    return node_fill_at(total, node_total, node_committed, ask, slots, np.arange(slots.shape[1]))
+    rows = np.arange(slots.shape[1])
+    return node_fill_at(node_total, node_committed, added_at(total, ask, slots, rows), rows)
 
 
 def chosen_fill_at(total: Ints, committed: Ints, ask: int, slots: Ints, rows: Ints) -> Floats:
@@ -212,11 +213,9 @@ def chosen_fill_at(total: Ints, committed: Ints, ask: int, slots: Ints, rows: In
     return _ratio(used, t)
 
 
-def node_fill_at(
-    total: Ints, node_total: Ints, node_committed: Ints, ask: int, slots: Ints, rows: Ints
-) -> Floats:
-    """``policy.node_fill_after`` of each row of ``rows``, its chosen slots in ``slots``."""
-    added = added_at(total, ask, slots, rows)
+def node_fill_at(node_total: Ints, node_committed: Ints, added: Ints, rows: Ints) -> Floats:
+    """``policy.node_fill_after`` of each row of ``rows`` once ``added`` MiB (``added_at``)
+    are committed there."""
     return np.minimum(1.0, _ratio(node_committed[rows] + added, node_total[rows]))
 
 

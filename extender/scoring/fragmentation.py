@@ -100,24 +100,24 @@ def greedy_scores(
     elif rule == SPOT_ONLY:
         ok &= b.spot[r]
     ok &= host_fits(b, r, demand)
-    st = _state(b, r, lim, ask_of(demand))
+    ask = ask_of(demand)
+    st = _state(b, r, lim, ask)
     fits = ok & (st.cand.sum(axis=0) >= demand.count)
     raw = np.zeros(len(at))
     if not fits.any():
         return fits, raw
-    if not fits.all():
+    if not fits.all():  # the fitting columns of the same state, not a second one
         r = r[fits]
-        st = _state(b, r, lim, ask_of(demand))
+        st = _State(*(a.compress(fits, axis=1) for a in st))
     rooms = _rooms(b, r, plain, demand)
     before, after, slots = _place(st, int(demand.count), plain, rooms, tie_by_free)
     fill = strand = np.zeros(len(r))
-    ask = ask_of(demand)
+    added = added_at(b.total, ask, slots, r)
     if tie != 0.0:
-        node = node_fill_at(b.total, b.node_total, b.node_committed, ask, slots, r)
+        node = node_fill_at(b.node_total, b.node_committed, added, r)
         fill = 0.5 * chosen_fill_at(b.total, b.committed, ask, slots, r) + 0.5 * node
     if stranding != 0.0:
-        added = added_at(b.total, ask, slots, r).astype(np.float64)
-        strand = stranding_delta(b, r, tuple(mix), demand, added)
+        strand = stranding_delta(b, r, tuple(mix), demand, added.astype(np.float64))
     raw[fits] = -((after - before) / 1024) - stranding * strand + tie * fill
     return fits, raw
 
