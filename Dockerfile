@@ -3,15 +3,19 @@
 #
 #   docker build -t headroom:0.1.0 .
 #
-# Stage `build` makes wheels for headroom and every dependency; the final stage installs
-# them into a virtual environment from those wheels only (--no-index): no compiler, no
-# pip download, no wheels left in a layer. tests/test_dockerfile.py replays these RUN and
+# Stage `build` makes wheels for headroom (compiling its scoring kernel) and every
+# dependency; the final stage installs them into a virtual environment from those wheels
+# only (--no-index): no compiler, no pip download, no wheels left in a layer. tests/test_dockerfile.py replays these RUN and
 # COPY steps in a temporary directory and runs the installed entry point.
 
 # python:3.11-slim-bookworm (3.11.16), OCI image index digest (multi-arch).
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm@sha256:a36c24f9cbdf4fd0f52d67f0823eeac19c2028c637cecc392d97f980d4fec56b
+# The build stage compiles extender/scoring/kernel.c (the scoring pass, pyproject.toml's
+# ext-modules), so it starts from the full image, which has gcc and the Python headers;
+# the same Python (3.11.16 on Debian bookworm) as the final stage, so the wheel fits it.
+ARG BUILD_IMAGE=python:3.11-bookworm@sha256:b99029c95d3d37fb1e4e76d287f7984373dca77c665885986e31b2c95260c13c
 
-FROM ${PYTHON_IMAGE} AS build
+FROM ${BUILD_IMAGE} AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src

@@ -23,6 +23,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -259,6 +260,9 @@ def test_dockerfile_installs_a_working_headroom(tmp_path: Path) -> None:
     # Static rules first (cheap): pinned base, wheels built apart, a lean non-root final stage.
     assert all(re.search(r"@sha256:[0-9a-f]{64}$", s.image) for s in stages), "pin the base"
     assert "python:3.11-slim-bookworm@" in args["PYTHON_IMAGE"]
+    # the scoring kernel is C (extender/scoring/kernel.c): the wheel is built where gcc is
+    assert build.image == args["BUILD_IMAGE"] and "python:3.11-bookworm@" in build.image
+    assert stages[-1].image == args["PYTHON_IMAGE"]
     assert len(stages) == 2 and build.name == "build"
     assert instruction(final, "USER").args == "65532:65532"
     assert json.loads(instruction(final, "ENTRYPOINT").args) == ["headroom"]
@@ -275,7 +279,11 @@ def test_dockerfile_installs_a_working_headroom(tmp_path: Path) -> None:
     replay = Replay(tmp_path)
     replay.run_stage(build)
     wheels = sorted(p.name for p in replay.path("/wheels").glob("*.whl"))
-    assert any(w.startswith("headroom-") for w in wheels), wheels
+    ours = [w for w in wheels if w.startswith("headroom-")]
+    assert ours and "-cp311-" in ours[0], wheels  # a platform wheel: the kernel compiled
+    with zipfile.ZipFile(replay.path("/wheels") / ours[0]) as whl:
+        names = whl.namelist()
+    assert any(n.startswith("extender/scoring/kernel.") and n.endswith(".so") for n in names)
     env = replay.run_stage(final)
     assert len([x for x in replay.log if x.startswith("RUN")]) == 2, replay.log
 

@@ -71,6 +71,16 @@ class GpuBatch:
             return self.total
         return np.full_like(self.total, demand.memory_mib)
 
+    def size(self) -> tuple[int, int]:
+        """(slots, nodes): the [G, N] shape of the per-GPU arrays."""
+        g, n = self.total.shape
+        return int(g), int(n)
+
+    def kernel_args(self) -> tuple[np.ndarray, ...]:
+        """The arrays ``kernel.c`` reads (its ``Batch``), in its order, C-contiguous (no
+        copy where they already are, as the inventory's columns are)."""
+        return tuple(contiguous(getattr(self, f)) for f in _FIELDS[:11])
+
     def take(self, nodes: Bools | Ints) -> GpuBatch:
         """The batch of these nodes (a mask or positions); per-GPU arrays stay
         contiguous, which the slot-major arithmetic relies on for its speed."""
@@ -111,6 +121,11 @@ _FIELDS = (
 )
 ROW_FIELDS = _FIELDS[:-1]  # what ``row_of`` gives; MIG idleness depends on the limits
 _BOOL = {"present", "mig_busy", "spot"}
+
+
+def contiguous(a: npt.NDArray[T]) -> npt.NDArray[T]:
+    """``a`` C-contiguous, as the compiled kernel reads arrays (no copy when it is)."""
+    return np.ascontiguousarray(a)
 
 
 def plain_count(view: NodeView) -> int:

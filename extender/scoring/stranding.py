@@ -24,8 +24,9 @@ packing tie-break there (docs/scheduling.md: the synthetic cluster lost 1.4 poin
 allocation and a third more $ per GiB-hour to it). S is 0 wherever CPU and memory keep up
 with the GPUs, and there the cost and the tie-break decide as before.
 
-Sums over the mix run in mix order in plain floats, so the per-node oracle
-(``tests/fragmentation_reference.py``) gets the same bits.
+Computed in ``kernel.c`` (with F, in the same pass over the nodes); sums over the mix run
+in mix order in plain floats, so the per-node oracle (``tests/fragmentation_reference.py``)
+gets the same bits.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from extender.scoring.batch import WHOLE, Floats, GpuBatch, Ints
+from extender.scoring import kernel  # compiled from kernel.c when the package is built
+from extender.scoring.batch import WHOLE, Floats, GpuBatch, Ints, contiguous
 from extender.scoring.model import GpuDemand, Limits, NodeView, Shape, ShapeLike
 
 MixKey = tuple[tuple[ShapeLike, float], ...]
@@ -65,25 +67,20 @@ def per_pod(mix: MixKey) -> PerPod:
     return PerPod(tuple(asks), cpu, host)
 
 
-def gpu_per_pod(pod: PerPod, gpu_mib: Floats) -> Floats:
-    """g(n) for nodes whose largest GPU has ``gpu_mib``."""
-    out = np.zeros(len(gpu_mib))
-    for share, count, mib in pod.gpu_asks:
-        unit = gpu_mib if mib == WHOLE else np.minimum(float(mib), gpu_mib)
-        out = out + share * (count * unit)
-    return out
-
-
-def stranded(
-    pod: PerPod, g: Floats, gpu_free: Floats, known: tuple[Ints, Ints], free: tuple[Ints, Ints]
-) -> Floats:
-    """S in MiB per node: ``gpu_free`` G, ``free`` (C, M) where ``known`` (allocatable > 0)."""
-    reach = np.full(len(g), np.inf)
-    for asked, alloc, left in zip((pod.cpu_milli, pod.host_mib), known, free, strict=True):
-        if asked > 0:
-            served = (np.maximum(left, 0) * g) / asked
-            reach = np.where(alloc > 0, np.minimum(reach, served), reach)
-    return np.maximum(0.0, gpu_free - reach)
+@functools.lru_cache(maxsize=16)  # its arrays are never written
+def per_pod_args(mix: MixKey) -> tuple:
+    """The mean pod as ``kernel.c``'s ``PerPod``: asks, their shares, counts and MiB, and
+    the mean CPU and host memory."""
+    pod = per_pod(mix)
+    asks = pod.gpu_asks
+    return (
+        len(asks),
+        np.array([a[0] for a in asks], dtype=np.float64),
+        np.array([a[1] for a in asks], dtype=np.int64),
+        np.array([a[2] for a in asks], dtype=np.int64),
+        float(pod.cpu_milli),
+        float(pod.host_mib),
+    )
 
 
 def stranding_delta(
@@ -91,17 +88,12 @@ def stranding_delta(
 ) -> Floats:
     """(S after - S before) / GiB of each row of ``rows`` once a pod is placed there that
     takes ``pod_asks``' CPU and host memory and ``gpu_added`` MiB of the row's GPUs."""
-    pod = per_pod(mix)
-    if not pod.gpu_asks:
-        return np.zeros(len(rows))
-    g = gpu_per_pod(pod, b.total[:, rows].max(axis=0, initial=0).astype(np.float64))
-    known = (b.cpu_alloc[rows], b.mem_alloc[rows])
-    cpu, mem = b.cpu_free[rows], b.mem_free[rows]
-    gpu = np.maximum(0, b.node_total[rows] - b.node_committed[rows]).astype(np.float64)
-    before = stranded(pod, g, gpu, known, (cpu, mem))
-    left = (cpu - pod_asks.cpu_milli, mem - pod_asks.host_memory_mib)
-    after = stranded(pod, g, np.maximum(0.0, gpu - gpu_added), known, left)
-    return (after - before) / 1024
+    at = contiguous(rows.astype(np.int64, copy=False))
+    out = np.empty(len(at))
+    host = (int(pod_asks.cpu_milli), int(pod_asks.host_memory_mib))
+    added = contiguous(gpu_added.astype(np.float64, copy=False))
+    kernel.stranding(*b.size(), b.kernel_args(), at, host, per_pod_args(mix), added, out)
+    return out
 
 
 def node_stranding_delta(

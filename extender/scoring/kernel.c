@@ -1,0 +1,571 @@
+/* The headroom and fgd policies' pass over many nodes, compiled when the package is built.
+
+Why C: a new pod shape is scored by placing it, unit by unit, on every candidate node's
+GPUs and measuring F (fragmentation.py) after each trial, then S (stranding.py) and the
+tie term. In NumPy that was ~60 whole-array calls per request plus a few hundred for the
+trials (2.2 ms at 5,000 nodes x 4 GPUs x an 8-shape mix), which kept a new shape's filter
+at twice the latency floor (docs/BENCHMARKS.md). Here it is one pass, a node at a time.
+Compiled ahead of time by pip, not on the request path: nothing to build at start-up, no
+cache directory (issue 28).
+
+The definitions are written in full in fragmentation.py and stranding.py; this file runs
+them. Arithmetic is in the order of the plain-Python oracle (tests/fragmentation_reference
+.py), which the tests compare bit for bit: MiB are whole numbers in doubles (their sums are
+exact), shares are applied in mix order, one multiply and one add per shape, and the build
+turns off FMA contraction (-ffp-contract=off).
+
+Arrays come in through the buffer protocol (NumPy arrays, C-contiguous), so building needs
+no NumPy headers. [slot, node] arrays are slot-major: element (j, n) at j * nodes + n. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+
+#define WHOLE (-1)     /* a whole-GPU ask or shape (batch.WHOLE) */
+#define MAX_SLOTS 64   /* plain GPUs per node the kernel takes */
+#define ON_DEMAND_ONLY 1
+#define SPOT_ONLY 2
+
+/* ---------------------------------------------------------------- arguments */
+
+typedef struct {
+    Py_buffer view;
+    int held;
+} Arg;
+
+typedef struct {
+    Arg args[32];
+    int used;
+} Args;
+
+/* Borrow one array: C-contiguous, `size` bytes per item, `count` items. */
+static void *borrow(Args *a, PyObject *obj, const char *name, Py_ssize_t size,
+                    Py_ssize_t count, int writable) {
+    Arg *arg = &a->args[a->used];
+    int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, &arg->view, flags) < 0) {
+        PyErr_Format(PyExc_ValueError, "%s: not a contiguous%s array", name,
+                     writable ? " writable" : "");
+        return NULL;
+    }
+    arg->held = 1;
+    a->used++;
+    if (arg->view.itemsize != size || arg->view.len != size * count) {
+        PyErr_Format(PyExc_ValueError, "%s: expected %zd items of %zd bytes, got %zd bytes",
+                     name, count, size, arg->view.len);
+        return NULL;
+    }
+    return arg->view.buf ? arg->view.buf : (void *)arg; /* empty arrays: any non-NULL */
+}
+
+static void release(Args *a) {
+    for (int k = 0; k < a->used; k++) PyBuffer_Release(&a->args[k].view);
+    a->used = 0;
+}
+
+/* The node columns (batch.GpuBatch), [slot, node] and [node]. */
+typedef struct {
+    Py_ssize_t slots, nodes;
+    const int64_t *total, *committed, *reserved;
+    const char *present;
+    const int64_t *node_total, *node_committed;
+    const char *spot;
+    const int64_t *cpu_alloc, *cpu_free, *mem_alloc, *mem_free;
+} Batch;
+
+static int batch_args(Args *a, PyObject *t, Py_ssize_t g, Py_ssize_t n, Batch *b) {
+    PyObject *o[11];
+    if (!PyArg_ParseTuple(t, "OOOOOOOOOOO;batch: 11 arrays", &o[0], &o[1], &o[2], &o[3], &o[4],
+                          &o[5], &o[6], &o[7], &o[8], &o[9], &o[10]))
+        return -1;
+    b->slots = g;
+    b->nodes = n;
+    return (b->total = borrow(a, o[0], "total", 8, g * n, 0)) &&
+                   (b->committed = borrow(a, o[1], "committed", 8, g * n, 0)) &&
+                   (b->reserved = borrow(a, o[2], "reserved", 8, g * n, 0)) &&
+                   (b->present = borrow(a, o[3], "present", 1, g * n, 0)) &&
+                   (b->node_total = borrow(a, o[4], "node_total", 8, n, 0)) &&
+                   (b->node_committed = borrow(a, o[5], "node_committed", 8, n, 0)) &&
+                   (b->spot = borrow(a, o[6], "spot", 1, n, 0)) &&
+                   (b->cpu_alloc = borrow(a, o[7], "cpu_alloc", 8, n, 0)) &&
+                   (b->cpu_free = borrow(a, o[8], "cpu_free", 8, n, 0)) &&
+                   (b->mem_alloc = borrow(a, o[9], "mem_alloc", 8, n, 0)) &&
+                   (b->mem_free = borrow(a, o[10], "mem_free", 8, n, 0))
+               ? 0
+               : -1;
+}
+
+/* The mix's plain shapes (fragmentation._Plain) and their weights: [shape, 1] (one weight
+   for every node) or [shape, row]. */
+typedef struct {
+    Py_ssize_t shapes, wcols;
+    const int64_t *counts, *cpus, *host_mibs;
+    const double *mems, *weights;
+} Mix;
+
+static int mix_args(Args *a, PyObject *t, Py_ssize_t rows, Mix *m) {
+    PyObject *o[5];
+    if (!PyArg_ParseTuple(t, "nnOOOOO;mix: shapes, weight columns, 5 arrays", &m->shapes,
+                          &m->wcols, &o[0], &o[1], &o[2], &o[3], &o[4]))
+        return -1;
+    if (m->shapes < 0 || (m->wcols != 1 && m->wcols != rows)) {
+        PyErr_Format(PyExc_ValueError, "mix: %zd shapes, %zd weight columns for %zd rows",
+                     m->shapes, m->wcols, rows);
+        return -1;
+    }
+    Py_ssize_t s = m->shapes;
+    return (m->counts = borrow(a, o[0], "counts", 8, s, 0)) &&
+                   (m->mems = borrow(a, o[1], "mems", 8, s, 0)) &&
+                   (m->cpus = borrow(a, o[2], "cpus", 8, s, 0)) &&
+                   (m->host_mibs = borrow(a, o[3], "host_mibs", 8, s, 0)) &&
+                   (m->weights = borrow(a, o[4], "weights", 8, s * m->wcols, 0))
+               ? 0
+               : -1;
+}
+
+/* The mix's mean pod (stranding.PerPod). */
+typedef struct {
+    Py_ssize_t asks;
+    const double *shares;
+    const int64_t *counts, *mibs;
+    double cpu, host;
+} PerPod;
+
+static int pod_args(Args *a, PyObject *t, PerPod *p) {
+    PyObject *o[3];
+    if (!PyArg_ParseTuple(t, "nOOOdd;per pod: asks, 3 arrays, cpu, host", &p->asks, &o[0],
+                          &o[1], &o[2], &p->cpu, &p->host))
+        return -1;
+    if (p->asks < 0) {
+        PyErr_SetString(PyExc_ValueError, "per pod: negative asks");
+        return -1;
+    }
+    return (p->shares = borrow(a, o[0], "shares", 8, p->asks, 0)) &&
+                   (p->counts = borrow(a, o[1], "ask counts", 8, p->asks, 0)) &&
+                   (p->mibs = borrow(a, o[2], "ask mibs", 8, p->asks, 0))
+               ? 0
+               : -1;
+}
+
+static int check_sizes(Py_ssize_t g, Py_ssize_t n, Py_ssize_t r) {
+    if (g < 0 || g > MAX_SLOTS || n < 0 || r < 0) {
+        PyErr_Format(PyExc_ValueError, "%zd slots (at most %d), %zd nodes, %zd rows", g,
+                     MAX_SLOTS, n, r);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- one node */
+
+/* One node's slots as the placement sees them (free = max(headroom, 0), what one unit
+   takes, which slots can hold one) and, per shape, its weight on this node and whether
+   the node has the host room for one more pod of it, before and after the pod. */
+typedef struct {
+    Py_ssize_t slots;
+    double free[MAX_SLOTS], unit[MAX_SLOTS];
+    int64_t headroom[MAX_SLOTS];
+    int present[MAX_SLOTS], idle[MAX_SLOTS], cand[MAX_SLOTS];
+    double *w;
+    int *room_before, *room_after;
+} Node;
+
+/* The per-shape arrays of `nd` for `shapes` shapes, in one block (NULL: no memory). */
+static void *scratch(Node *nd, Py_ssize_t shapes) {
+    size_t s = (size_t)(shapes > 0 ? shapes : 1);
+    char *p = PyMem_Calloc(1, s * (sizeof(double) + 2 * sizeof(int)));
+    if (!p) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    nd->w = (double *)p;
+    nd->room_before = (int *)(p + s * sizeof(double));
+    nd->room_after = nd->room_before + s;
+    return p;
+}
+
+/* free, idle, the unit and whether a slot can hold one (`ask`: MiB or WHOLE; margin and
+   idle threshold: scoring.Limits). Returns how many slots can. */
+static int64_t load(Node *nd, const Batch *b, Py_ssize_t at, int64_t ask, int64_t margin,
+                    int64_t idle_mib) {
+    int64_t can = 0;
+    nd->slots = b->slots;
+    for (Py_ssize_t j = 0; j < b->slots; j++) {
+        Py_ssize_t k = j * b->nodes + at;
+        int64_t total = b->total[k], committed = b->committed[k];
+        int present = b->present[k] != 0;
+        int64_t headroom = total - committed - margin;
+        nd->headroom[j] = headroom;
+        nd->present[j] = present;
+        nd->free[j] = present && headroom > 0 ? (double)headroom : 0.0;
+        nd->idle[j] = present && b->reserved[k] == 0 && committed <= idle_mib;
+        nd->unit[j] = ask == WHOLE ? (double)total : (double)ask;
+        nd->cand[j] = ask == WHOLE ? nd->idle[j] : present && headroom >= ask;
+        can += nd->cand[j];
+    }
+    return can;
+}
+
+/* Per shape: host room before and after the pod's CPU and memory, and the weight. */
+static void rooms(Node *nd, const Batch *b, const Mix *mix, Py_ssize_t at, Py_ssize_t row,
+                  int64_t cpu, int64_t mem) {
+    int64_t c = b->cpu_free[at], h = b->mem_free[at];
+    for (Py_ssize_t m = 0; m < mix->shapes; m++) {
+        nd->room_before[m] = c >= mix->cpus[m] && h >= mix->host_mibs[m];
+        nd->room_after[m] = c - cpu >= mix->cpus[m] && h - mem >= mix->host_mibs[m];
+        nd->w[m] = mix->weights[m * mix->wcols + (mix->wcols == 1 ? 0 : row)];
+    }
+}
+
+/* F of the node as it is (into *f0, host room `room0`) and, unless `f` is NULL, F if slot
+   j alone took one unit, for every slot j (into f[j], host room after the pod).
+   Per shape m, in mix order: the slots that can host one unit of m and their free MiB;
+   F's term is the free MiB none of them can use for m, or all of it when the node cannot
+   run one more pod of m. In slot j's trial, j becomes busy: it stops hosting what it
+   hosted and hosts what its leftover still can (a busy GPU never hosts a whole one).
+   Every F adds the shapes' weighted terms in mix order; the slots' sums are independent
+   of each other, so they run side by side. */
+static inline __attribute__((always_inline)) void evaluate_n(const Node *nd, const Mix *mix,
+                                                              double total, const int *room0,
+                                                              double *f0, double *f,
+                                                              const Py_ssize_t g) {
+    double left[MAX_SLOTS], after[MAX_SLOTS], held[MAX_SLOTS];
+    int hosts[MAX_SLOTS];
+    for (Py_ssize_t j = 0; j < g; j++) {
+        double l = nd->free[j] - nd->unit[j];
+        left[j] = l > 0.0 ? l : 0.0;
+        after[j] = total - nd->free[j] + left[j];
+        if (f) f[j] = 0.0;
+    }
+    double acc = 0.0;
+    for (Py_ssize_t m = 0; m < mix->shapes; m++) {
+        double mem = mix->mems[m], w = nd->w[m], hosted = 0.0;
+        int64_t need = mix->counts[m], hosting = 0;
+        for (Py_ssize_t j = 0; j < g; j++) {
+            int h = nd->present[j] & (mem == WHOLE ? nd->idle[j] : nd->free[j] >= mem);
+            hosts[j] = h;
+            held[j] = nd->free[j] * h;
+            hosting += h;
+            hosted += held[j];
+        }
+        acc = acc + w * (room0[m] && hosting >= need ? total - hosted : total);
+        if (!f) continue;
+        /* branch-free: what the slot still hosts (all of it >= 0) is taken off `after`
+           only where the node can still run a pod of m; x - 0.0 is x, bit for bit */
+        int64_t room = nd->room_after[m];
+        double bound = mem == WHOLE ? INFINITY : mem;
+        for (Py_ssize_t j = 0; j < g; j++) {
+            int64_t gained = left[j] >= bound;
+            int64_t fits = room & (hosting - hosts[j] + gained >= need);
+            double kept = hosted - held[j] + (gained ? left[j] : 0.0);
+            f[j] = f[j] + w * (after[j] - (fits ? kept : 0.0));
+        }
+    }
+    *f0 = acc;
+}
+
+/* ``evaluate_n`` made for the common slot counts, whose loops the compiler then unrolls. */
+static void evaluate(const Node *nd, const Mix *mix, double total, const int *room0, double *f0,
+                     double *f) {
+    switch (nd->slots) {
+    case 4:
+        evaluate_n(nd, mix, total, room0, f0, f, 4);
+        break;
+    case 8:
+        evaluate_n(nd, mix, total, room0, f0, f, 8);
+        break;
+    default:
+        evaluate_n(nd, mix, total, room0, f0, f, nd->slots);
+    }
+}
+
+static double total_free(const Node *nd) {
+    double total = 0.0;
+    for (Py_ssize_t j = 0; j < nd->slots; j++) total += nd->free[j];
+    return total;
+}
+
+/* `count` units one after another, each on the candidate slot whose trial gives the least
+   F (ties to the least headroom when `by_free`, then to the lowest slot): F before, F after
+   the last unit, the slots into picks[k * stride]. */
+static void place(Node *nd, const Mix *mix, int64_t count, int by_free, double *before,
+                  double *after, int64_t *picks, Py_ssize_t stride) {
+    double total = total_free(nd), f[MAX_SLOTS], f0;
+    *before = *after = 0.0;
+    for (int64_t k = 0; k < count; k++) {
+        evaluate(nd, mix, total, nd->room_before, &f0, f);
+        if (k == 0) *before = f0;
+        double best = INFINITY;
+        Py_ssize_t pick = -1;
+        int64_t least = 0; /* the picked slot's headroom, read when F ties the best */
+        for (Py_ssize_t j = 0; j < nd->slots; j++) {
+            if (!nd->cand[j]) continue;
+            if (f[j] < best || (by_free && f[j] == best && nd->headroom[j] < least)) {
+                best = f[j];
+                pick = j;
+                least = nd->headroom[j];
+            }
+        }
+        picks[k * stride] = pick;
+        *after = best;
+        if (pick < 0) return; /* no candidate left: the caller checked there is */
+        double was = nd->free[pick];
+        double left = was - nd->unit[pick] > 0.0 ? was - nd->unit[pick] : 0.0;
+        total = total + left - was;
+        nd->free[pick] = left;
+        nd->idle[pick] = 0;
+        nd->cand[pick] = 0;
+    }
+}
+
+/* S (stranding.py) of a node with `gpu` free GPU MiB, `g` asked per mean pod. */
+static double stranded(const PerPod *p, double g, double gpu, int64_t cpu_alloc,
+                       int64_t cpu_left, int64_t mem_alloc, int64_t mem_left) {
+    double reach = INFINITY;
+    if (p->cpu > 0 && cpu_alloc > 0) {
+        double served = ((double)(cpu_left > 0 ? cpu_left : 0) * g) / p->cpu;
+        reach = served < reach ? served : reach;
+    }
+    if (p->host > 0 && mem_alloc > 0) {
+        double served = ((double)(mem_left > 0 ? mem_left : 0) * g) / p->host;
+        reach = served < reach ? served : reach;
+    }
+    return gpu - reach > 0.0 ? gpu - reach : 0.0;
+}
+
+/* (S after - S before) / GiB of node `at` once the pod takes cpu, mem and `added` GPU MiB. */
+static double stranding_delta(const Batch *b, const PerPod *p, Py_ssize_t at, int64_t cpu,
+                              int64_t mem, double added) {
+    if (p->asks == 0) return 0.0;
+    int64_t largest = 0;
+    for (Py_ssize_t j = 0; j < b->slots; j++) {
+        int64_t total = b->total[j * b->nodes + at];
+        largest = total > largest ? total : largest;
+    }
+    double gmax = (double)largest, g = 0.0;
+    for (Py_ssize_t k = 0; k < p->asks; k++) {
+        double mib = (double)p->mibs[k];
+        double unit = p->mibs[k] == WHOLE ? gmax : (mib < gmax ? mib : gmax);
+        g = g + p->shares[k] * ((double)p->counts[k] * unit);
+    }
+    int64_t free = b->node_total[at] - b->node_committed[at];
+    double gpu = free > 0 ? (double)free : 0.0;
+    int64_t c = b->cpu_free[at], h = b->mem_free[at];
+    double before = stranded(p, g, gpu, b->cpu_alloc[at], c, b->mem_alloc[at], h);
+    double left = gpu - added > 0.0 ? gpu - added : 0.0;
+    double after = stranded(p, g, left, b->cpu_alloc[at], c - cpu, b->mem_alloc[at], h - mem);
+    return (after - before) / 1024;
+}
+
+static double ratio(int64_t part, int64_t whole) {
+    return whole > 0 ? (double)part / (double)whole : 0.0;
+}
+
+/* ---------------------------------------------------------------- entry points */
+
+PyDoc_STRVAR(scores_doc,
+             "scores(slots, nodes, batch, rows, demand, limits, mix, per_pod, options, out)\n\n"
+             "fragmentation.greedy_scores for every row of `rows` (-1: a node that never\n"
+             "fits). demand: (count, ask, rule, cpu, memory); limits: (margin, idle);\n"
+             "options: (by_free, tie, stranding, cand or None: [slot, row] candidates the caller\n"
+             "chose, capacity type and host fit not checked again); out: (fits, raw, picks).");
+
+static PyObject *scores(PyObject *self, PyObject *args) {
+    Py_ssize_t g, n;
+    long long count, ask, rule, cpu, mem, margin, idle_mib;
+    int by_free;
+    double tie, strand_w;
+    PyObject *bt, *rows_o, *mt, *pt, *cand_o, *fits_o, *raw_o, *picks_o;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "nnOO(LLLLL)(LL)OO(pddO)(OOO)", &g, &n, &bt, &rows_o, &count,
+                          &ask, &rule, &cpu, &mem, &margin, &idle_mib, &mt, &pt, &by_free, &tie,
+                          &strand_w, &cand_o, &fits_o, &raw_o, &picks_o))
+        return NULL;
+    Args a = {0};
+    Batch b;
+    Mix mix;
+    PerPod pod;
+    PyObject *result = NULL;
+    Node node, *nd = &node;
+    void *block = NULL;
+    Py_buffer rv;
+    if (PyObject_GetBuffer(rows_o, &rv, PyBUF_C_CONTIGUOUS) < 0) goto done;
+    Py_ssize_t r = rv.len / 8;
+    PyBuffer_Release(&rv);
+    const int64_t *rows;
+    const char *cand = NULL;
+    char *fits;
+    double *raw;
+    int64_t *picks;
+    if (check_sizes(g, n, r) < 0 || count < 0 || batch_args(&a, bt, g, n, &b) < 0 ||
+        !(rows = borrow(&a, rows_o, "rows", 8, r, 0)) || mix_args(&a, mt, r, &mix) < 0 ||
+        pod_args(&a, pt, &pod) < 0 ||
+        (cand_o != Py_None && !(cand = borrow(&a, cand_o, "cand", 1, g * r, 0))) ||
+        !(fits = borrow(&a, fits_o, "fits", 1, r, 1)) ||
+        !(raw = borrow(&a, raw_o, "raw", 8, r, 1)) ||
+        !(picks = borrow(&a, picks_o, "picks", 8, count * r, 1)) ||
+        !(block = scratch(nd, mix.shapes)))
+        goto done;
+    for (Py_ssize_t i = 0; i < r; i++) {
+        if (rows[i] >= n) {
+            PyErr_Format(PyExc_IndexError, "rows: %lld is past %zd nodes", (long long)rows[i], n);
+            goto done;
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS;
+    for (Py_ssize_t i = 0; i < r; i++) {
+        Py_ssize_t at = rows[i];
+        fits[i] = 0;
+        raw[i] = 0.0;
+        for (int64_t k = 0; k < count; k++) picks[k * r + i] = -1;
+        if (at < 0) continue;
+        if (!cand && ((rule == ON_DEMAND_ONLY && b.spot[at]) || (rule == SPOT_ONLY && !b.spot[at]) ||
+                      b.cpu_free[at] < cpu || b.mem_free[at] < mem))
+            continue; /* given candidates are the caller's choice: fit was checked there */
+        int64_t can = load(nd, &b, at, ask, margin, idle_mib);
+        if (cand) {
+            can = 0;
+            for (Py_ssize_t j = 0; j < g; j++) can += nd->cand[j] = cand[j * r + i] != 0;
+        }
+        if (can < count) continue;
+        fits[i] = 1;
+        rooms(nd, &b, &mix, at, i, cpu, mem);
+        double before, after;
+        place(nd, &mix, count, by_free, &before, &after, &picks[i], r);
+        /* what the pod commits over its slots, and the chosen GPUs' fill after */
+        int64_t added = 0, chosen = 0, used = 0;
+        for (int64_t k = 0; k < count; k++) {
+            Py_ssize_t s = picks[k * r + i] * n + at;
+            int64_t tk = b.total[s], unit = ask == WHOLE ? tk : ask;
+            int64_t c = b.committed[s] + unit;
+            added += unit;
+            chosen += tk;
+            used += tk < c ? tk : c;
+        }
+        double fill = 0.0, strand = 0.0;
+        if (tie != 0.0) {
+            double node = ratio(b.node_committed[at] + added, b.node_total[at]);
+            fill = 0.5 * ratio(used, chosen) + 0.5 * (node < 1.0 ? node : 1.0);
+        }
+        if (strand_w != 0.0) strand = stranding_delta(&b, &pod, at, cpu, mem, (double)added);
+        raw[i] = -((after - before) / 1024) - strand_w * strand + tie * fill;
+    }
+    Py_END_ALLOW_THREADS;
+    result = Py_NewRef(Py_None);
+done:
+    release(&a);
+    PyMem_Free(block);
+    return result;
+}
+
+PyDoc_STRVAR(value_doc,
+             "value(slots, nodes, batch, rows, pod, limits, mix, out)\n\n"
+             "F of every row of `rows` into `out`, its host room counted as the pod (cpu,\n"
+             "memory) leaves it.");
+
+static PyObject *value(PyObject *self, PyObject *args) {
+    Py_ssize_t g, n;
+    long long cpu, mem, margin, idle_mib;
+    PyObject *bt, *rows_o, *mt, *out_o;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "nnOO(LL)(LL)OO", &g, &n, &bt, &rows_o, &cpu, &mem, &margin,
+                          &idle_mib, &mt, &out_o))
+        return NULL;
+    Args a = {0};
+    Batch b;
+    Mix mix;
+    PyObject *result = NULL;
+    Node node, *nd = &node;
+    void *block = NULL;
+    Py_buffer rv;
+    if (PyObject_GetBuffer(rows_o, &rv, PyBUF_C_CONTIGUOUS) < 0) goto done;
+    Py_ssize_t r = rv.len / 8;
+    PyBuffer_Release(&rv);
+    const int64_t *rows;
+    double *out;
+    if (check_sizes(g, n, r) < 0 || batch_args(&a, bt, g, n, &b) < 0 ||
+        !(rows = borrow(&a, rows_o, "rows", 8, r, 0)) || mix_args(&a, mt, r, &mix) < 0 ||
+        !(out = borrow(&a, out_o, "out", 8, r, 1)) ||
+        !(block = scratch(nd, mix.shapes)))
+        goto done;
+    for (Py_ssize_t i = 0; i < r; i++) {
+        if (rows[i] < 0 || rows[i] >= n) {
+            PyErr_Format(PyExc_IndexError, "rows: %lld is not one of %zd nodes",
+                         (long long)rows[i], n);
+            goto done;
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS;
+    for (Py_ssize_t i = 0; i < r; i++) {
+        Py_ssize_t at = rows[i];
+        load(nd, &b, at, WHOLE, margin, idle_mib);
+        rooms(nd, &b, &mix, at, i, cpu, mem);
+        evaluate(nd, &mix, total_free(nd), nd->room_after, &out[i], NULL);
+    }
+    Py_END_ALLOW_THREADS;
+    result = Py_NewRef(Py_None);
+done:
+    release(&a);
+    PyMem_Free(block);
+    return result;
+}
+
+PyDoc_STRVAR(stranding_doc,
+             "stranding(slots, nodes, batch, rows, pod, per_pod, added, out)\n\n"
+             "stranding.stranding_delta of every row of `rows` into `out`: the pod takes\n"
+             "(cpu, memory) and added[i] GPU MiB.");
+
+static PyObject *stranding(PyObject *self, PyObject *args) {
+    Py_ssize_t g, n;
+    long long cpu, mem;
+    PyObject *bt, *rows_o, *pt, *added_o, *out_o;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "nnOO(LL)OOO", &g, &n, &bt, &rows_o, &cpu, &mem, &pt, &added_o,
+                          &out_o))
+        return NULL;
+    Args a = {0};
+    Batch b;
+    PerPod pod;
+    PyObject *result = NULL;
+    Py_buffer rv;
+    if (PyObject_GetBuffer(rows_o, &rv, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    Py_ssize_t r = rv.len / 8;
+    PyBuffer_Release(&rv);
+    const int64_t *rows;
+    const double *added;
+    double *out;
+    if (check_sizes(g, n, r) < 0 || batch_args(&a, bt, g, n, &b) < 0 ||
+        !(rows = borrow(&a, rows_o, "rows", 8, r, 0)) || pod_args(&a, pt, &pod) < 0 ||
+        !(added = borrow(&a, added_o, "added", 8, r, 0)) ||
+        !(out = borrow(&a, out_o, "out", 8, r, 1)))
+        goto done;
+    for (Py_ssize_t i = 0; i < r; i++) {
+        if (rows[i] < 0 || rows[i] >= n) {
+            PyErr_Format(PyExc_IndexError, "rows: %lld is not one of %zd nodes",
+                         (long long)rows[i], n);
+            goto done;
+        }
+    }
+    for (Py_ssize_t i = 0; i < r; i++)
+        out[i] = stranding_delta(&b, &pod, rows[i], cpu, mem, added[i]);
+    result = Py_NewRef(Py_None);
+done:
+    release(&a);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"scores", scores, METH_VARARGS, scores_doc},
+    {"value", value, METH_VARARGS, value_doc},
+    {"stranding", stranding, METH_VARARGS, stranding_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, .m_name = "kernel",
+    .m_doc = "The FGD policies' pass over many nodes, compiled (see kernel.c).", .m_size = -1,
+    .m_methods = methods,
+};
+
+PyMODINIT_FUNC PyInit_kernel(void) { return PyModule_Create(&module); }

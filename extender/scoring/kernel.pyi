@@ -1,0 +1,47 @@
+"""Types of the compiled ``kernel`` module (``kernel.c``): the FGD policies' pass over many
+nodes. Arrays are NumPy arrays, C-contiguous, of the dtypes ``fragmentation.py`` builds;
+the tuples are ``kernel.c``'s ``Batch``, ``Mix`` and ``PerPod``."""
+
+from typing import Any
+
+import numpy as np
+
+Batch = tuple[np.ndarray, ...]  # GpuBatch.kernel_args()
+MixArgs = tuple[Any, ...]  # (shapes, weight columns, counts, mems, cpus, host MiB, weights)
+PerPodArgs = tuple[Any, ...]  # (asks, shares, counts, MiB, cpu, host MiB)
+
+def scores(
+    slots: int,
+    nodes: int,
+    batch: Batch,
+    rows: np.ndarray,
+    demand: tuple[int, int, int, int, int],
+    limits: tuple[int, int],
+    mix: MixArgs,
+    per_pod: PerPodArgs,
+    options: tuple[bool, float, float, np.ndarray | None],
+    out: tuple[np.ndarray, np.ndarray, np.ndarray],
+    /,
+) -> None: ...
+def value(
+    slots: int,
+    nodes: int,
+    batch: Batch,
+    rows: np.ndarray,
+    pod: tuple[int, int],
+    limits: tuple[int, int],
+    mix: MixArgs,
+    out: np.ndarray,
+    /,
+) -> None: ...
+def stranding(
+    slots: int,
+    nodes: int,
+    batch: Batch,
+    rows: np.ndarray,
+    pod: tuple[int, int],
+    per_pod: PerPodArgs,
+    added: np.ndarray,
+    out: np.ndarray,
+    /,
+) -> None: ...
