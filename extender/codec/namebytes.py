@@ -7,7 +7,7 @@ ids: the JSON array is split at its quotes (``bytes.split``, in C), its punctuat
 checked, and each name's bytes looked up in a dict of the names seen before. No
 ``str`` is made for a name seen before; a new one is decoded once. A permutation of a
 list read before, what kube-scheduler sends for most pods, is told by ``fingerprint``
-instead: whole-array hashing of the body's bytes, no name split out or looked up. Names
+instead: one pass hashing the body's names, none split out or looked up. Names
 agents reported are learned ahead of the lists (``learn``); a list of learned names, the
 first after a start above all, is read into ids by hash (``learned``), not by dict.
 
@@ -25,6 +25,7 @@ from collections.abc import Sequence
 import msgspec
 import numpy as np
 
+from extender.codec import golist  # compiled from golist.c when the package is built
 from extender.codec.learned import LearnedNames
 
 NAME_MAX = 253  # protocol.NodeName: a DNS subdomain
@@ -33,9 +34,6 @@ Fingerprint = tuple[int, int, int]  # see NameIndex.fingerprint
 _SPACE = b" \t\n\r"  # JSON's whitespace
 _CONTROL = bytes(range(0x20))
 BODIES = 8  # recent bodies whose ids are kept
-_QUOTE, _COMMA = ord('"'), ord(",")
-# a word's first k bytes, k = 0..8
-_MASKS = np.array([(1 << 8 * k) - 1 for k in range(9)], np.uint64)
 
 
 def split_names(data: bytes) -> list[bytes] | None:
@@ -59,80 +57,9 @@ def split_names(data: bytes) -> list[bytes] | None:
     return names
 
 
-def _spans(data: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """A list of plain names exactly as Go's encoder writes it (``["a","b"]``, no
-    space): (the body as 8-byte words from every offset, each name's start and length);
-    None for any other bytes (``split_names`` reads those). With no backslash every
-    quote delimits a string, so the names are what lies between quotes 2k and 2k+1,
-    and the list is valid when exactly one comma separates each from the next."""
-    body = data.strip(_SPACE)
-    if body[:2] != b'["' or body[-2:] != b'"]' or b"\\" in body:
-        return None
-    buf = np.frombuffer(body + bytes(8), np.uint8)  # padded: every word read is inside
-    if (buf[: len(body)] < 0x20).any():
-        return None  # a control character: JSON decodes its escaped form only
-    quotes = np.flatnonzero(buf == _QUOTE)
-    opens, closes = quotes[0::2], quotes[1::2]
-    if len(opens) != len(closes) or closes[-1] != len(body) - 2:
-        return None
-    if (opens[1:] - closes[:-1] != 2).any() or (buf[closes[:-1] + 1] != _COMMA).any():
-        return None
-    lengths = closes - opens - 1
-    if lengths.min() < 1 or lengths.max() > NAME_MAX:
-        return None
-    words = np.ndarray((len(buf) - 7,), "<u8", buf, 0, (1,))  # unaligned: a view
-    return words, opens + 1, lengths
-
-
 def _summed(hashes: np.ndarray, shares: np.ndarray) -> Fingerprint:
     """A fingerprint from its names' hashes and set shares (sums wrap: order-free)."""
     return len(hashes), int(hashes.sum(dtype=np.uint64)), int(shares.sum(dtype=np.uint64))
-
-
-def _fmix(x: np.ndarray) -> np.ndarray:
-    """MurmurHash3's 64-bit finaliser, element-wise: a bijection in which every input
-    bit flips every output bit with probability about one half."""
-    x = x ^ (x >> np.uint64(33))
-    x *= np.uint64(0xFF51AFD7ED558CCD)
-    x ^= x >> np.uint64(33)
-    x *= np.uint64(0xC4CEB9FE1A85EC53)
-    return x ^ (x >> np.uint64(33))
-
-
-def _hashes(
-    words: np.ndarray, starts: np.ndarray, lengths: np.ndarray, keys: np.ndarray
-) -> np.ndarray:
-    """Each name's keyed hash: word j of it mixed under its own key and weighted, the
-    words summed, the length mixed in. A keyed mix per word, not a plain weighted sum:
-    names whose words differ only in a swap of their top bytes collide under a sum."""
-    return _hashed(_name_words(words, starts, lengths), lengths, keys)
-
-
-def _name_words(words: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
-    """Word j of every name, for each j: its bytes past the name's end zero (all zero
-    for a name that ended before it)."""
-    out = []
-    shortest = int(lengths.min())
-    for j in range((int(lengths.max()) + 7) // 8):
-        if 8 * j < shortest:  # every name has bytes here
-            word = words[starts + 8 * j]
-        else:  # not every name: the others' reads kept inside the body
-            word = words[np.minimum(starts + 8 * j, len(words) - 1)]
-        if 8 * j + 8 > shortest:  # some name ends in this word: only its bytes count
-            word &= _MASKS[np.clip(lengths - 8 * j, 0, 8)]
-        out.append(word)
-    return out
-
-
-def _hashed(name_words: list[np.ndarray], lengths: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    """``_hashes`` from the names' words (``_name_words``)."""
-    hashes = np.zeros(len(lengths), np.uint64)
-    shortest = int(lengths.min())
-    for j, word in enumerate(name_words):
-        share = _fmix(word ^ keys[j]) * keys[WORDS + j]
-        left = lengths - 8 * j  # bytes of the name from word j on: none, a share of 0
-        hashes += share if 8 * j < shortest else np.where(left > 0, share, np.uint64(0))
-    return _fmix(hashes ^ lengths.astype(np.uint64))
 
 
 class NameIndex:
@@ -154,7 +81,7 @@ class NameIndex:
         self._rng = np.random.default_rng()
         self._learned = LearnedNames(self._rng)  # found by hash: the first list after a start
         # the fingerprint's keys, secret to the process: per word of a name a key and an
-        # odd weight (``_hashes``), then the set share's key
+        # odd weight (``_keyed``), then the set share's key
         self._hash_keys = self._rng.integers(0, 2**64, 2 * WORDS + 1, np.uint64)
         self._hash_keys[WORDS : 2 * WORDS] |= np.uint64(1)
         self._used = 0  # bytes of names held
@@ -174,21 +101,21 @@ class NameIndex:
 
     def fingerprint(self, data: bytes) -> Fingerprint | None:
         """What a JSON array of plain names holds, whatever their order: (how many, and
-        two sums over the names of keyed 64-bit hashes of their bytes, ``_hashes``). Two
+        two sums over the names of keyed 64-bit hashes of their bytes, ``_keyed``). Two
         lists of the same names in any order have the same; two that differ, another but
         for a chance of about 2^-64 per pair of names. None for a value ``read`` gives
         None for but a name that is not UTF-8. No name is looked up: a permuted list is
-        told from its bytes by whole-array operations, a few per 8 bytes of name."""
-        spans = _spans(data)
-        if spans is None:
+        told from its bytes in one pass (``golist.c``)."""
+        found = golist.fingerprint(data, self._hash_keys)
+        if found is None:
             names = split_names(data)
             if names is None:
                 return None
             if not names:
                 return 0, 0, 0
-            spans = _spans(b'["' + b'","'.join(names) + b'"]')  # as Go writes it
-            assert spans is not None
-        return _summed(*self._keyed(spans))
+            found = golist.fingerprint(b'["' + b'","'.join(names) + b'"]', self._hash_keys)
+            assert found is not None  # as Go writes it
+        return found
 
     def fingerprint_of(self, ids: np.ndarray) -> Fingerprint:
         """``fingerprint`` of the list these ids (read while the token holds) name, from
@@ -196,10 +123,16 @@ class NameIndex:
         time needs no pass over its bytes to be known again in another order."""
         return _summed(self._keys[0, ids], self._keys[1, ids])
 
-    def _keyed(self, spans: tuple[np.ndarray, np.ndarray, np.ndarray]) -> tuple[np.ndarray, ...]:
-        """Each name's keyed hash and its set share (``_spans`` gives the spans)."""
-        hashes = _hashes(*spans, self._hash_keys)
-        return hashes, _fmix(hashes ^ self._hash_keys[-1])
+    def _keyed(self, data: bytes) -> tuple[np.ndarray, np.ndarray] | None:
+        """Each name's keyed hash and its set share, for a list as Go writes it (None for
+        any other bytes). The hash: word j of the name (8 bytes, little-endian, bytes past
+        its end zero) mixed under its own key and weighted, the words summed, the length
+        mixed in; a keyed mix per word, not a plain weighted sum, since names whose words
+        differ only in a swap of their top bytes collide under a sum. The share: the hash
+        mixed again under the last key. ``golist.keyed``: one pass over the body."""
+        hashes, shares = np.empty((2, len(data) // 4), np.uint64)
+        count = golist.keyed(data, self._hash_keys, hashes, shares)
+        return None if count < 0 else (hashes[:count], shares[:count])
 
     def read_ids(self, data: bytes) -> tuple[np.ndarray, np.ndarray] | None:
         """``read``, with the strings left in the pool they are in: (ids, pool), the
@@ -248,7 +181,7 @@ class NameIndex:
     def _add_new(self, names: list[bytes], found: list[int | None]) -> bool | None:
         """Gives each name not yet known an id (once, however often listed), writing it
         into ``found``; False (nothing added) when they would overfill the index, None
-        when a name is not UTF-8 or not plain (``_spans`` cannot read it)."""
+        when a name is not UTF-8 or not plain (``golist`` cannot read it)."""
         new: dict[bytes, int] = {}
         for k, i in enumerate(found):
             if i is None:
@@ -257,8 +190,8 @@ class NameIndex:
             strings = [name.decode() for name in new]
         except UnicodeDecodeError:
             return None
-        spans = _spans(b'["' + b'","'.join(new) + b'"]')  # as Go writes them
-        if spans is None:
+        keyed = self._keyed(b'["' + b'","'.join(new) + b'"]')  # as Go writes them
+        if keyed is None:
             return None
         size = sum(map(len, new))
         if self._used + size > self.capacity_bytes:
@@ -266,7 +199,7 @@ class NameIndex:
         self._reserve(len(new))
         ids = slice(self.count, self.count + len(new))
         self._strings[ids] = strings
-        self._keys[0, ids], self._keys[1, ids] = self._keyed(spans)
+        self._keys[0, ids], self._keys[1, ids] = keyed
         self._ids.update(new)
         self._bytes.extend(new)
         self._used += size
@@ -288,11 +221,7 @@ class NameIndex:
     def _known_ids(self, data: bytes) -> np.ndarray | None:
         """The ids of a list as Go writes it whose every name was learned (``learned``:
         whole-array operations, no dict look-up per name); None for any other list."""
-        spans = _spans(data) if self._learned.count else None
-        if spans is None:
-            return None
-        words, starts, lengths = spans
-        return self._learned.find(_name_words(words, starts, lengths), lengths)
+        return self._learned.find(data)
 
     def learn(self, name: str) -> int | None:
         """Intern a node's name before any list names it (an agent reported the node):

@@ -22,9 +22,9 @@ is tested against. The policies ``fgd`` and ``headroom`` call this module for a 
 The pass over the nodes runs in ``kernel.c``, compiled when the package is built: per
 node, the state of its slots (free = max(headroom, 0), idle, what one unit takes, which
 slots can hold one), the per-shape terms, the trials and the picks, then S and the tie
-term; a new shape's pass over 5,000 nodes x 4 GPUs and an 8-shape mix takes ~0.3 ms there
-against ~2.2 ms as NumPy calls (docs/BENCHMARKS.md). This module turns the batch, the
-mix and the demand into the kernel's arguments.
+term, about a third of the time the same pass took as NumPy calls (figures:
+docs/BENCHMARKS.md). This module turns the batch, the mix and the demand into the
+kernel's arguments.
 """
 
 from __future__ import annotations

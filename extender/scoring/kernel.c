@@ -2,9 +2,9 @@
 
 Why C: a new pod shape is scored by placing it, unit by unit, on every candidate node's
 GPUs and measuring F (fragmentation.py) after each trial, then S (stranding.py) and the
-tie term. In NumPy that was ~60 whole-array calls per request plus a few hundred for the
-trials (2.2 ms at 5,000 nodes x 4 GPUs x an 8-shape mix), which kept a new shape's filter
-at twice the latency floor (docs/BENCHMARKS.md). Here it is one pass, a node at a time.
+tie term. In NumPy that was dozens of whole-array calls per request plus more for the
+trials, which kept a new shape's filter at twice the latency floor (docs/BENCHMARKS.md).
+Here it is one pass, a node at a time.
 Compiled ahead of time by pip, not on the request path: nothing to build at start-up, no
 cache directory (issue 28).
 
