@@ -55,6 +55,12 @@ static Py_ssize_t split(const unsigned char *data, Py_ssize_t len, Py_ssize_t *s
 static uint64_t word(const unsigned char *p, Py_ssize_t size, Py_ssize_t j) {
     uint64_t w = 0;
     Py_ssize_t end = size - 8 * j < 8 ? size - 8 * j : 8;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (end == 8) { /* a whole word: one load */
+        memcpy(&w, p + 8 * j, 8);
+        return w;
+    }
+#endif
     for (Py_ssize_t k = 0; k < end; k++) w |= (uint64_t)p[8 * j + k] << (8 * k);
     return w;
 }
