@@ -69,7 +69,7 @@ SECTIONS: list[tuple[Any, str]] = [
     (Evaluator, "names"),
     (NodeColumns, "read"),
     (extender.scheduling.evaluate, "evaluate_rows"),
-    (extender.scoring.fragmentation, "_greedy_one"),
+    (extender.scoring.fragmentation, "greedy_scores"),
     (extender.scheduling.replies, "filter_reply"),
     (extender.scheduling.replies, "narrowed"),
     (extender.scheduling.replies, "priority_array"),
