@@ -148,13 +148,36 @@ static int pod_args(Args *a, PyObject *t, PerPod *p) {
                : -1;
 }
 
-static int check_sizes(Py_ssize_t g, Py_ssize_t n, Py_ssize_t r) {
-    if (g < 0 || g > MAX_SLOTS || n < 0 || r < 0) {
-        PyErr_Format(PyExc_ValueError, "%zd slots (at most %d), %zd nodes, %zd rows", g,
-                     MAX_SLOTS, n, r);
+static int check_sizes(Py_ssize_t g, Py_ssize_t n) {
+    if (g < 0 || g > MAX_SLOTS || n < 0) {
+        PyErr_Format(PyExc_ValueError, "%zd slots (at most %d), %zd nodes", g, MAX_SLOTS, n);
         return -1;
     }
     return 0;
+}
+
+/* The rows to read: 8-byte integers, each a node of the batch (or -1, a node that never
+   fits, where `unavailable` allows it); their count into *count. */
+static const int64_t *rows_arg(Args *a, PyObject *obj, Py_ssize_t nodes, int unavailable,
+                               Py_ssize_t *count) {
+    Arg *arg = &a->args[a->used];
+    if (PyObject_GetBuffer(obj, &arg->view, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    arg->held = 1;
+    a->used++;
+    if (arg->view.itemsize != 8) {
+        PyErr_Format(PyExc_ValueError, "rows: %zd-byte items, 8 wanted", arg->view.itemsize);
+        return NULL;
+    }
+    const int64_t *rows = arg->view.buf;
+    *count = arg->view.len / 8;
+    for (Py_ssize_t i = 0; i < *count; i++) {
+        if (rows[i] >= nodes || rows[i] < (unavailable ? -1 : 0)) {
+            PyErr_Format(PyExc_IndexError, "rows: %lld is not one of %zd nodes",
+                         (long long)rows[i], nodes);
+            return NULL;
+        }
+    }
+    return rows ? rows : (const int64_t *)arg; /* empty: any non-NULL */
 }
 
 /* ---------------------------------------------------------------- one node */
@@ -389,17 +412,14 @@ static PyObject *scores(PyObject *self, PyObject *args) {
     PyObject *result = NULL;
     Node node, *nd = &node;
     void *block = NULL;
-    Py_buffer rv;
-    if (PyObject_GetBuffer(rows_o, &rv, PyBUF_C_CONTIGUOUS) < 0) goto done;
-    Py_ssize_t r = rv.len / 8;
-    PyBuffer_Release(&rv);
+    Py_ssize_t r = 0;
     const int64_t *rows;
     const char *cand = NULL;
     char *fits;
     double *raw;
     int64_t *picks;
-    if (check_sizes(g, n, r) < 0 || count < 0 || batch_args(&a, bt, g, n, &b) < 0 ||
-        !(rows = borrow(&a, rows_o, "rows", 8, r, 0)) || mix_args(&a, mt, r, &mix) < 0 ||
+    if (check_sizes(g, n) < 0 || count < 0 || batch_args(&a, bt, g, n, &b) < 0 ||
+        !(rows = rows_arg(&a, rows_o, n, 1, &r)) || mix_args(&a, mt, r, &mix) < 0 ||
         pod_args(&a, pt, &pod) < 0 ||
         (cand_o != Py_None && !(cand = borrow(&a, cand_o, "cand", 1, g * r, 0))) ||
         !(fits = borrow(&a, fits_o, "fits", 1, r, 1)) ||
@@ -407,12 +427,6 @@ static PyObject *scores(PyObject *self, PyObject *args) {
         !(picks = borrow(&a, picks_o, "picks", 8, count * r, 1)) ||
         !(block = scratch(nd, mix.shapes)))
         goto done;
-    for (Py_ssize_t i = 0; i < r; i++) {
-        if (rows[i] >= n) {
-            PyErr_Format(PyExc_IndexError, "rows: %lld is past %zd nodes", (long long)rows[i], n);
-            goto done;
-        }
-    }
     Py_BEGIN_ALLOW_THREADS;
     for (Py_ssize_t i = 0; i < r; i++) {
         Py_ssize_t at = rows[i];
@@ -478,24 +492,14 @@ static PyObject *value(PyObject *self, PyObject *args) {
     PyObject *result = NULL;
     Node node, *nd = &node;
     void *block = NULL;
-    Py_buffer rv;
-    if (PyObject_GetBuffer(rows_o, &rv, PyBUF_C_CONTIGUOUS) < 0) goto done;
-    Py_ssize_t r = rv.len / 8;
-    PyBuffer_Release(&rv);
+    Py_ssize_t r = 0;
     const int64_t *rows;
     double *out;
-    if (check_sizes(g, n, r) < 0 || batch_args(&a, bt, g, n, &b) < 0 ||
-        !(rows = borrow(&a, rows_o, "rows", 8, r, 0)) || mix_args(&a, mt, r, &mix) < 0 ||
+    if (check_sizes(g, n) < 0 || batch_args(&a, bt, g, n, &b) < 0 ||
+        !(rows = rows_arg(&a, rows_o, n, 0, &r)) || mix_args(&a, mt, r, &mix) < 0 ||
         !(out = borrow(&a, out_o, "out", 8, r, 1)) ||
         !(block = scratch(nd, mix.shapes)))
         goto done;
-    for (Py_ssize_t i = 0; i < r; i++) {
-        if (rows[i] < 0 || rows[i] >= n) {
-            PyErr_Format(PyExc_IndexError, "rows: %lld is not one of %zd nodes",
-                         (long long)rows[i], n);
-            goto done;
-        }
-    }
     Py_BEGIN_ALLOW_THREADS;
     for (Py_ssize_t i = 0; i < r; i++) {
         Py_ssize_t at = rows[i];
@@ -528,25 +532,15 @@ static PyObject *stranding(PyObject *self, PyObject *args) {
     Batch b;
     PerPod pod;
     PyObject *result = NULL;
-    Py_buffer rv;
-    if (PyObject_GetBuffer(rows_o, &rv, PyBUF_C_CONTIGUOUS) < 0) return NULL;
-    Py_ssize_t r = rv.len / 8;
-    PyBuffer_Release(&rv);
+    Py_ssize_t r = 0;
     const int64_t *rows;
     const double *added;
     double *out;
-    if (check_sizes(g, n, r) < 0 || batch_args(&a, bt, g, n, &b) < 0 ||
-        !(rows = borrow(&a, rows_o, "rows", 8, r, 0)) || pod_args(&a, pt, &pod) < 0 ||
+    if (check_sizes(g, n) < 0 || batch_args(&a, bt, g, n, &b) < 0 ||
+        !(rows = rows_arg(&a, rows_o, n, 0, &r)) || pod_args(&a, pt, &pod) < 0 ||
         !(added = borrow(&a, added_o, "added", 8, r, 0)) ||
         !(out = borrow(&a, out_o, "out", 8, r, 1)))
         goto done;
-    for (Py_ssize_t i = 0; i < r; i++) {
-        if (rows[i] < 0 || rows[i] >= n) {
-            PyErr_Format(PyExc_IndexError, "rows: %lld is not one of %zd nodes",
-                         (long long)rows[i], n);
-            goto done;
-        }
-    }
     for (Py_ssize_t i = 0; i < r; i++)
         out[i] = stranding_delta(&b, &pod, rows[i], cpu, mem, added[i]);
     result = Py_NewRef(Py_None);
