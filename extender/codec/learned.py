@@ -76,6 +76,6 @@ class LearnedNames:
         if not self.count:
             return None
         ids = np.empty(len(data) // 4, np.int64)
-        spot = np.ascontiguousarray(self._spot)
-        found = golist.learned(data, self._mult, self._table, spot, self._heap, self._end, ids)
+        table, spot, heap = self._table, self._spot, self._heap  # made here, contiguous
+        found = golist.learned(data, self._mult, table, spot, heap, self._end, ids)
         return None if found < 0 else ids[:found]

@@ -220,7 +220,7 @@ class NameIndex:
 
     def _known_ids(self, data: bytes) -> np.ndarray | None:
         """The ids of a list as Go writes it whose every name was learned (``learned``:
-        whole-array operations, no dict look-up per name); None for any other list."""
+        one pass over the body, no dict look-up per name); None for any other list."""
         return self._learned.find(data)
 
     def learn(self, name: str) -> int | None:

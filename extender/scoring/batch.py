@@ -183,15 +183,25 @@ def picked(values: npt.NDArray[T], slots: Ints) -> npt.NDArray[T]:
 
 
 def chosen_fill_after(b: GpuBatch, demand: GpuDemand, slots: Ints) -> Floats:
-    """``policy.chosen_fill_after`` per row for the chosen slots."""
-    return _chosen_fill(b.total, b.committed, ask_of(demand), np.ascontiguousarray(slots))
+    """``policy.chosen_fill_after`` per row for its chosen slots (``slots``: [count, N]).
+    Integer sums in slot order, then one division, as the per-node reference does."""
+    ask, cols = ask_of(demand), np.arange(slots.shape[1])
+    t = np.zeros(len(cols), np.int64)
+    used = np.zeros(len(cols), np.int64)
+    for k in range(slots.shape[0]):
+        tk = b.total[slots[k], cols]
+        t += tk
+        used += np.minimum(tk, b.committed[slots[k], cols] + (tk if ask == WHOLE else ask))
+    return _ratio(used, t)
 
 
 def node_fill_after(b: GpuBatch, demand: GpuDemand, slots: Ints) -> Floats:
-    """``policy.node_fill_after`` per row for the chosen slots."""
-    return _node_fill(
-        b.total, b.node_total, b.node_committed, ask_of(demand), np.ascontiguousarray(slots)
-    )
+    """``policy.node_fill_after`` per row once a unit sits on each of its chosen slots."""
+    ask, cols = ask_of(demand), np.arange(slots.shape[1])
+    added = np.zeros(len(cols), np.int64)
+    for k in range(slots.shape[0]):
+        added += b.total[slots[k], cols] if ask == WHOLE else ask
+    return np.minimum(1.0, _ratio(b.node_committed + added, b.node_total))
 
 
 def unfit(fits: Bools) -> Ints:
@@ -202,44 +212,6 @@ def unfit(fits: Bools) -> Ints:
 def ask_of(demand: GpuDemand) -> int:
     """The memory asked per GPU, or WHOLE: the vectorised policies take plain integers."""
     return WHOLE if demand.memory_mib is None else int(demand.memory_mib)
-
-
-def _chosen_fill(total: Ints, committed: Ints, ask: int, slots: Ints) -> Floats:
-    return chosen_fill_at(total, committed, ask, slots, np.arange(slots.shape[1]))
-
-
-def _node_fill(
-    total: Ints, node_total: Ints, node_committed: Ints, ask: int, slots: Ints
-) -> Floats:
-    rows = np.arange(slots.shape[1])
-    return node_fill_at(node_total, node_committed, added_at(total, ask, slots, rows), rows)
-
-
-def chosen_fill_at(total: Ints, committed: Ints, ask: int, slots: Ints, rows: Ints) -> Floats:
-    """``policy.chosen_fill_after`` of each row of ``rows``, its chosen slots in the same
-    column of ``slots`` ([count, len(rows)]). Integer sums in slot order, then one
-    division, as the per-node reference does."""
-    t = np.zeros(len(rows), np.int64)
-    used = np.zeros(len(rows), np.int64)
-    for k in range(slots.shape[0]):
-        tk = total[slots[k], rows]
-        t += tk
-        used += np.minimum(tk, committed[slots[k], rows] + (tk if ask == WHOLE else ask))
-    return _ratio(used, t)
-
-
-def node_fill_at(node_total: Ints, node_committed: Ints, added: Ints, rows: Ints) -> Floats:
-    """``policy.node_fill_after`` of each row of ``rows`` once ``added`` MiB (``added_at``)
-    are committed there."""
-    return np.minimum(1.0, _ratio(node_committed[rows] + added, node_total[rows]))
-
-
-def added_at(total: Ints, ask: int, slots: Ints, rows: Ints) -> Ints:
-    """MiB a pod commits on each row of ``rows`` over its chosen slots in ``slots``."""
-    added = np.zeros(len(rows), np.int64)
-    for k in range(slots.shape[0]):
-        added += total[slots[k], rows] if ask == WHOLE else ask
-    return added
 
 
 def host_fill_at(b: GpuBatch, gpu_fill: Floats, demand: GpuDemand, rows: Ints) -> Floats:

@@ -228,7 +228,7 @@ def _plain(mix: Mix) -> _Plain:
 
 def _mix_args(b: GpuBatch, at: Ints, plain: _Plain) -> tuple:
     """``kernel.c``'s ``Mix``: the plain shapes and their weights on each row."""
-    weights = _weights(b, np.where(at >= 0, at, 0), plain)
+    weights = _weights(b, at, plain)
     p = plain
     return (len(p.counts), weights.shape[1], p.counts, p.mems, p.cpus, p.host_mibs, weights)
 
@@ -248,7 +248,8 @@ def _weights(b: GpuBatch, r: Ints, plain: _Plain) -> Floats:
     if not any(plain.models):
         return contiguous(plain.shares[:, None])
     weights = np.repeat(plain.shares[:, None], len(r), axis=1)
+    model = b.model[np.maximum(r, 0)]  # -1, a node that never fits: any row's model will do
     for k, models in enumerate(plain.models):
         if models:
-            weights[k] *= np.isin(b.model[r], models)
+            weights[k] *= np.isin(model, models)
     return weights

@@ -124,7 +124,7 @@ static int mix_args(Args *a, PyObject *t, Py_ssize_t rows, Mix *m) {
                : -1;
 }
 
-/* The mix's mean pod (stranding.PerPod). */
+/* The mix's mean pod (stranding.per_pod_args). */
 typedef struct {
     Py_ssize_t asks;
     const double *shares;

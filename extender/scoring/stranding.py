@@ -32,7 +32,6 @@ gets the same bits.
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
 
 import numpy as np
 
@@ -43,43 +42,25 @@ from extender.scoring.model import GpuDemand, Limits, NodeView, Shape, ShapeLike
 MixKey = tuple[tuple[ShapeLike, float], ...]
 
 
-class PerPod(NamedTuple):
-    """The mix's mean pod: GPU asks per shape (summed per node, as ``g(n)`` needs the
-    node's GPU size) and the mean CPU and host memory."""
-
-    gpu_asks: tuple[tuple[float, int, int], ...]  # (share, count, MiB per GPU or WHOLE)
-    cpu_milli: float
-    host_mib: float
-
-
-@functools.lru_cache(maxsize=16)  # the mix changes rarely
-def per_pod(mix: MixKey) -> PerPod:
-    """The mix's mean pod; MIG shapes ask fixed partitions, not memory, and are left out."""
-    asks: list[tuple[float, int, int]] = []
+@functools.lru_cache(maxsize=16)  # the mix changes rarely; its arrays are never written
+def per_pod_args(mix: MixKey) -> tuple:
+    """The mix's mean pod as ``kernel.c``'s ``PerPod``: its GPU asks (one per plain shape:
+    share, GPU count, MiB per GPU or WHOLE; summed per node there, as ``g(n)`` needs the
+    node's GPU size) and its mean CPU and host memory. MIG shapes ask fixed partitions,
+    not memory, and are left out."""
+    shapes = [(Shape(*shape), share) for shape, share in mix]
+    plain = [(s, share) for s, share in shapes if not s.mig_profile]
     cpu = host = 0.0
-    for shape, share in mix:
-        s = Shape(*shape)
-        if s.mig_profile:
-            continue
-        asks.append((share, s.gpus, WHOLE if s.memory_mib is None else s.memory_mib))
+    for s, share in plain:
         cpu += share * s.cpu_milli
         host += share * s.host_memory_mib
-    return PerPod(tuple(asks), cpu, host)
-
-
-@functools.lru_cache(maxsize=16)  # its arrays are never written
-def per_pod_args(mix: MixKey) -> tuple:
-    """The mean pod as ``kernel.c``'s ``PerPod``: asks, their shares, counts and MiB, and
-    the mean CPU and host memory."""
-    pod = per_pod(mix)
-    asks = pod.gpu_asks
     return (
-        len(asks),
-        np.array([a[0] for a in asks], dtype=np.float64),
-        np.array([a[1] for a in asks], dtype=np.int64),
-        np.array([a[2] for a in asks], dtype=np.int64),
-        float(pod.cpu_milli),
-        float(pod.host_mib),
+        len(plain),
+        np.array([share for _, share in plain], dtype=np.float64),
+        np.array([s.gpus for s, _ in plain], dtype=np.int64),
+        np.array([WHOLE if s.memory_mib is None else s.memory_mib for s, _ in plain], np.int64),
+        cpu,
+        host,
     )
 
 
