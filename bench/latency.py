@@ -21,7 +21,8 @@ node evaluated afresh); "shuffled": the same shape, but the candidates in a new 
 every pod (kube-scheduler's parallel filter workers hand feasible nodes over in the order
 they finish, so its lists are permutations, not repeats). filter gets the candidates,
 prioritize the nodes filter passed (narrowing: usually a few), exactly as kube-scheduler
-sends them.
+sends them: not at all when one node passed (the filter decided), which kube-scheduler
+takes without scoring; the floor then gets the filter's request alone.
 """
 
 from __future__ import annotations
@@ -171,17 +172,21 @@ class HttpPairs:
     def pair(self, pod_: dict[str, Any], names: list[str]) -> tuple[float, float]:
         first = body_for(pod_, names, self.nodes)
         t_filter, reply = timed(self.client, "/filter", first)
-        second = body_for(pod_, passed(reply.json(), self.nodes), self.nodes)
+        names = passed(reply.json(), self.nodes)
+        if len(names) == 1:  # kube-scheduler takes it: no prioritize
+            self._last = (first, len(reply.content), b"", 0)
+            return t_filter, 0.0
+        second = body_for(pod_, names, self.nodes)
         t_prioritize, scores = timed(self.client, "/prioritize", second)
         self._last = (first, len(reply.content), second, len(scores.content))
         return t_filter, t_prioritize
 
     def floor(self) -> float:
         first, first_reply, second, second_reply = self._last
-        return (
-            timed(self.client, self.floor_path, first, first_reply)[0]
-            + timed(self.client, self.floor_path, second, second_reply)[0]
-        )
+        spent = timed(self.client, self.floor_path, first, first_reply)[0]
+        if second:
+            spent += timed(self.client, self.floor_path, second, second_reply)[0]
+        return spent
 
 
 class GoPairs:

@@ -24,6 +24,10 @@ class Settings(BaseSettings):
     # scheduler's integer rounding and random tie-breaks cannot undo the order
     narrowing: bool = True
     narrow_epsilon: float = Field(0.02, ge=0, le=1)
+    # with narrowing, the filter passes only the best node for a pod that states no
+    # preference of its own (soft affinity, ScheduleAnyway spreading): kube-scheduler then
+    # binds it without a prioritize call or its own scores (docs/scheduling.md, "Deciding")
+    decide: bool = True
     cost_weight: float = Field(1.0, ge=0)
     policy_weight: float = Field(1.0, gt=0)
     stale_after: float = Field(30.0, gt=0, description="seconds before a report is stale")

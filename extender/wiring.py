@@ -67,6 +67,7 @@ def build(settings: Settings, clock: Clock | None = None, binder: Binder | None 
         limits=Limits(margin_mib=settings.margin_mib, idle_mib=settings.idle_mib),
         weights=Weights(policy=settings.policy_weight, cost=settings.cost_weight),
         narrow_epsilon=settings.narrow_epsilon if settings.narrowing else None,
+        decide=settings.decide and settings.narrowing,
         refresh_shapes=settings.refresh_shapes,
         refresh_window=settings.refresh_window,
         bind_wait=settings.bind_wait,

@@ -10,7 +10,13 @@ import pytest
 
 from extender.core.quantity import quantity_to_mib
 from extender.pricing import load_pricebook
-from extender.state.demand import CapacityPref, DemandError, GpuDemand, demand_of
+from extender.state.demand import (
+    CapacityPref,
+    DemandError,
+    GpuDemand,
+    demand_of,
+    states_preferences,
+)
 from extender.wire.protocol import Pod
 from tests.support import gpu_pod
 
@@ -103,3 +109,68 @@ def test_bad_override_names_the_entry(tmp_path: Path) -> None:
     f.write_text('{"instance_types": {"x1": {"on_demand": "abc", "gpus": 1}}}')
     with pytest.raises(ValueError, match="price entry 'x1'"):
         load_pricebook(str(f))
+
+
+PREFERRED = [{"weight": 10, "preference": {"matchExpressions": []}}]
+
+
+@pytest.mark.parametrize(
+    ("spec", "prefers"),
+    [
+        ({}, False),
+        (
+            {"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}}},
+            False,
+        ),
+        (
+            {
+                "affinity": {
+                    "nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": PREFERRED}
+                }
+            },
+            True,
+        ),
+        (
+            {
+                "affinity": {
+                    "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": PREFERRED}
+                }
+            },
+            True,
+        ),
+        (
+            {
+                "affinity": {
+                    "podAntiAffinity": {
+                        "preferredDuringSchedulingIgnoredDuringExecution": PREFERRED
+                    }
+                }
+            },
+            True,
+        ),
+        (
+            {
+                "affinity": {
+                    "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": PREFERRED}
+                }
+            },
+            False,
+        ),
+        (
+            {"topologySpreadConstraints": [{"whenUnsatisfiable": "ScheduleAnyway", "maxSkew": 1}]},
+            True,
+        ),
+        (
+            {"topologySpreadConstraints": [{"whenUnsatisfiable": "DoNotSchedule", "maxSkew": 1}]},
+            False,
+        ),
+    ],
+)
+def test_a_pod_states_a_preference_only_with_soft_terms(spec: dict, prefers: bool) -> None:
+    """Soft affinity and breakable spreading are preferences kube-scheduler scores; hard
+    terms are its filters' (the filter may decide for such a pod). Read from the wire's
+    bytes, as the edge reads a filter's Pod, and from a dict, as the watch converts one."""
+    body = gpu_pod("p", gpus=1)
+    body["spec"].update(spec)
+    assert states_preferences(pod(body)) is prefers
+    assert states_preferences(msgspec.json.decode(msgspec.json.encode(body), type=Pod)) is prefers

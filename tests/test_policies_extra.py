@@ -197,6 +197,34 @@ def test_narrow_keeps_the_best_and_never_empties(spec, eps, keep, wp, wc) -> Non
         assert {n for n in fitting if b[n] >= max(b.values()) - eps} <= out  # all of them
 
 
+def test_deciding_passes_the_first_of_the_best() -> None:
+    # "b" and "c" tie at the top: the first in candidate order passes alone; an order
+    # with "c" first passes "c" (the scheduler's candidate order breaks the tie)
+    evals = {"a": ev(0.2), "b": ev(1.0), "c": ev(1.0), "x": ev(9.0, fits=False)}
+    prices = dict.fromkeys(evals, 1.0)
+    w = Weights(1.0, 0.0)
+    assert narrow(evals, prices, w, decide=True) == {"b"}
+    flipped = {n: evals[n] for n in ("c", "a", "b", "x")}
+    assert narrow(flipped, prices, w, decide=True) == {"c"}
+    assert narrow({"x": ev(1.0, fits=False)}, prices, w, decide=True) == set()
+    assert narrow({}, prices, w, decide=True) == set()
+
+
+@given(raws, st.floats(0.1, 3), st.floats(0, 3))
+def test_deciding_passes_one_node_of_the_narrowed_set(spec, wp, wc) -> None:
+    evals = {n: ev(raw, fits) for n, (fits, raw, _) in spec.items()}
+    prices = {n: p for n, (_, _, p) in spec.items()}
+    w = Weights(wp, wc)
+    out = narrow(evals, prices, w, decide=True)
+    fitting = [n for n, e in evals.items() if e.fits]
+    assert len(out) == min(1, len(fitting))
+    if fitting:
+        b = blended(evals, prices, w)
+        top = max(b.values())
+        assert out == {next(n for n in fitting if b[n] == top)}
+        assert out <= narrow(evals, prices, w, epsilon=0.0)
+
+
 @given(raws, st.floats(0.1, 3), st.floats(0, 3))
 def test_blended_is_priorities_before_rounding(spec, wp, wc) -> None:
     evals = {n: ev(raw, fits) for n, (fits, raw, _) in spec.items()}

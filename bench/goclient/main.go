@@ -82,9 +82,10 @@ func (c *client) args(pod *v1.Pod, names []string, mode string) *extenderv1.Exte
 }
 
 // pair is kube-scheduler's sequence for one pod: filter with the candidates, then
-// prioritize with the nodes filter passed. To the floor (“floor“), the very same: the
-// floor answers with the last reply of each verb, which is decoded, and whose passing
-// nodes make the prioritize request, exactly as for the extender's own replies.
+// prioritize with the nodes filter passed, unless one node passed (schedulePod takes it
+// without scoring). To the floor (“floor“), the very same: the floor answers with the
+// last reply of each verb, which is decoded, and whose passing nodes make the
+// prioritize request, exactly as for the extender's own replies.
 func (c *client) pair(cmd command, floor bool) (float64, float64, error) {
 	filterAt, prioritizeAt, filterLike, prioritizeLike := "filter", "prioritize", "", ""
 	if floor {
@@ -103,6 +104,9 @@ func (c *client) pair(cmd command, floor bool) (float64, float64, error) {
 		for _, n := range filtered.Nodes.Items {
 			passed = append(passed, n.Name)
 		}
+	}
+	if len(passed) == 1 {
+		return tFilter, 0, nil
 	}
 	var scores extenderv1.HostPriorityList
 	t = time.Now()

@@ -45,6 +45,7 @@ class Contender:
     policy: str
     cost_weight: float  # Weights(policy=1, cost=cost_weight) as ``priorities`` blends them
     narrowing: bool
+    decide: bool = False  # with narrowing: the filter passes the best node alone
 
 
 CONTENDERS: tuple[Contender, ...] = (
@@ -56,7 +57,8 @@ CONTENDERS: tuple[Contender, ...] = (
     Contender("fgd", "fgd", 0.0, False),
     Contender("fgd + cost (previous default)", "fgd", 1.0, False),
     Contender("headroom, no narrowing", "headroom", 1.0, False),
-    Contender("headroom + narrowing (default)", "headroom", 1.0, True),
+    Contender("headroom + narrowing", "headroom", 1.0, True),
+    Contender("headroom + deciding (default)", "headroom", 1.0, True, decide=True),
 )
 
 
@@ -119,6 +121,7 @@ def one_run(c: Contender, mode: Mode, seed: int, setup: Setup) -> Result:
         model_memory([n for n in nodes if n.gpu_total_mib]),
         setup.max_arrived,
         setup.fail_streak,
+        decide=c.decide,
     )
 
 

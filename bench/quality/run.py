@@ -79,11 +79,12 @@ def inflate(
     model_mem: dict[str, list[int]],
     max_arrived: float = 1.2,
     fail_streak: int = 200,
+    decide: bool = False,
 ) -> Result:
     """Run one policy through the inflation method; ``nodes`` is consumed (mutated)."""
     capacity = sum(n.total_mib for n in nodes)
     res = Result(label, mode.name, capacity / GIB, sum(len(n.gpu_total_mib) for n in nodes), seed)
-    sched = Scheduler(nodes, policy, ctx, weights, mode, narrowing, seed)
+    sched = Scheduler(nodes, policy, ctx, weights, mode, narrowing, seed, decide)
     draw = random.Random(seed * 31 + 7)
     arrived_mib = allocated_mib = 0.0
     cost = 0.0

@@ -7,7 +7,7 @@ kube mode (what a real cluster does, docs/protocol.md §1.5-1.6):
  2. extender filter: the nodes scored at once (``evaluate_batch``, the filter's path;
     ``evaluate`` node by node for MIG demands and for the baselines), cached by node
     version and demand as ``SchedulingService`` does; with narrowing, only
-    ``narrow(...)`` passes.
+    ``narrow(...)`` passes (with deciding, its best node alone).
  3. one node left: it is taken, prioritize is not called.
  4. total(n) = priorities(n) x weight x 10 + LeastAllocated(n) + BalancedAllocation(n)
     LeastAllocated = ((C - c') * 100 // C + (M - m') * 100 // M) // 2  (c', m': requested
@@ -103,11 +103,12 @@ class Scheduler:
         mode: Mode,
         narrowing: bool,
         seed: int,
+        decide: bool = False,
     ) -> None:
         self.nodes = nodes
         self.by_name = {n.name: n for n in nodes}
         self.policy, self.ctx, self.weights = policy, ctx, weights
-        self.mode, self.narrowing = mode, narrowing
+        self.mode, self.narrowing, self.decide = mode, narrowing, decide
         self.rng = random.Random(seed)
         self.prices = {n.name: n.per_gib_hour for n in nodes}
         self._start = 0
@@ -161,7 +162,7 @@ class Scheduler:
     def passing(self, evals: Mapping[str, Evaluation]) -> list[str]:
         """Step 2: the extender filter's passing set, in candidate order."""
         if self.narrowing:
-            keep = narrow(evals, self.prices, self.weights)
+            keep = narrow(evals, self.prices, self.weights, decide=self.decide)
             return [name for name in evals if name in keep]
         return [name for name, e in evals.items() if e.fits]
 

@@ -30,7 +30,7 @@ from extender.scheduling.replies import (
 )
 from extender.scoring.batch import Ints
 from extender.scoring.hostonly import host_priorities
-from extender.state.demand import DemandError, GpuDemand
+from extender.state.demand import DemandError, GpuDemand, states_preferences
 from extender.state.inventory import Inventory
 from extender.state.nodefacts import facts_from_node
 from extender.state.podcache import pod_ref
@@ -85,7 +85,8 @@ class Cycle:
         names, now = self.names(args), self.clock.now()
         if demand.count:  # device-plugin GPUs: its plans are patched after reports
             self.hot.touch(demand, now)
-        reply = self._filter_reply(self._plan(args.Pod, demand, names, now), demand)
+        decide = self.config.decide and not states_preferences(args.Pod)
+        reply = self._filter_reply(self._plan(args.Pod, demand, names, now), demand, decide)
         if not len(reply.passing) and names:
             self._unplaceable(args.Pod, reply.result)
         if raws is not None:
@@ -128,9 +129,12 @@ class Cycle:
             parent = self.plans.parent(
                 shape, now, self.inventory.seq, self._changed, evaluate, self.config.stale_after
             )
-            if parent is not None:  # else none, or it must be rebuilt: the next filter does
-                passing_priorities(parent, self._filter_reply(parent, demand), self.config.weights)
-                done += 1
+            if parent is None:  # none, or it must be rebuilt: the next filter does
+                continue
+            reply = self._filter_reply(parent, demand, self.config.decide)
+            if not self.config.decide:  # a decided pod's filter passes one node: no scores
+                passing_priorities(parent, reply, self.config.weights)
+            done += 1
         return done
 
     def names(self, args: ExtenderArgs) -> Sequence[str]:
@@ -156,9 +160,9 @@ class Cycle:
             return None
         return parent if same_names(names, reply.result.NodeNames) else None
 
-    def _filter_reply(self, plan: Plan, demand: GpuDemand) -> FilterReply:
+    def _filter_reply(self, plan: Plan, demand: GpuDemand, decide: bool = False) -> FilterReply:
         eps = self.config.narrow_epsilon if demand.count > 0 else None
-        return filter_reply(plan, eps, self.config.weights)
+        return filter_reply(plan, eps, self.config.weights, decide)
 
     def _unplaceable(self, pod: Pod, result: ExtenderFilterResult) -> None:
         reasons = {**result.FailedNodes, **result.FailedAndUnresolvableNodes}

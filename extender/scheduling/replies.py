@@ -40,29 +40,43 @@ class Replies:
     """What has been answered from one plan so far; empty until asked."""
 
     filter: FilterReply | None = None
+    decided: FilterReply | None = None  # the filter's answer when it decides: one node
     priorities: Priorities | None = None
     passing: Priorities | None = None  # the scores of the nodes the filter passed
 
     def clear(self) -> None:
         self.filter = None
+        self.decided = None
         self.priorities = None
         self.passing = None
 
 
-def filter_reply(plan: Plan, epsilon: float | None, weights: Weights) -> FilterReply:
+def filter_reply(
+    plan: Plan, epsilon: float | None, weights: Weights, decide: bool = False
+) -> FilterReply:
     """The plan's filter reply, made once. With narrowing (``epsilon``, device-plugin
     asks) only the nodes the policy and cost put on top pass (docs/scheduling.md); the
     others fit, so they get no failure reason (kube-scheduler only shows reasons when
-    nothing passes, and narrowing never passes nothing when something fits)."""
+    nothing passes, and narrowing never passes nothing when something fits). With
+    ``decide`` as well, only the best of them passes (``narrowing.best_mask``)."""
+    if decide and epsilon is not None:
+        if plan.replies.decided is None:
+            passing = narrowed(plan.raw, plan.fits, plan.price, weights, decide=True)
+            plan.replies.decided = _reply(plan, passing)
+        return plan.replies.decided
     if plan.replies.filter is None:
         if epsilon is not None:
             passing = narrowed(plan.raw, plan.fits, plan.price, weights, epsilon)
         else:
             passing = np.flatnonzero(plan.fits)
-        result = failed(plan)
-        result.NodeNames = passing_names(plan.names, passing)
-        plan.replies.filter = FilterReply(passing, result)
+        plan.replies.filter = _reply(plan, passing)
     return plan.replies.filter
+
+
+def _reply(plan: Plan, passing: Ints) -> FilterReply:
+    result = failed(plan)
+    result.NodeNames = passing_names(plan.names, passing)
+    return FilterReply(passing, result)
 
 
 def priorities(plan: Plan, weights: Weights) -> Priorities:

@@ -11,7 +11,14 @@ That undoes fine orders such as FGD's. Narrowing decides in the filter instead:
 
 It never passes fewer than min(keep, fitting) nodes and always keeps the best one, so a
 pod that fits somewhere is never made unschedulable and preemption never runs because of
-it. Pure function: no I/O, no state.
+it.
+
+Deciding goes one step further: the filter passes only the best node (the first of
+equals, in candidate order). kube-scheduler takes a node that passes alone without
+scoring (docs/protocol.md §1.5), so the pod costs it no prioritize call and no in-tree
+scores: what the extender would pick is bound. The service decides for pods that state
+no preference of their own (``extender.state.demand.states_preferences``). Pure
+functions: no I/O, no state.
 """
 
 from __future__ import annotations
@@ -46,6 +53,15 @@ def narrow_mask(b: Floats, epsilon: float = EPSILON, keep: int = KEEP) -> Bools:
     return mask
 
 
+def best_mask(b: Floats) -> Bools:
+    """The node the filter passes when it decides: the best ``blended_array`` score, the
+    first of equals (candidate order); none when nothing fits."""
+    mask = np.zeros(b.shape[0], dtype=bool)
+    if b.size and not np.isnan(b).all():
+        mask[int(np.nanargmax(b))] = True  # nanargmax: the first of equal maxima
+    return mask
+
+
 def _within(b: Floats, epsilon: float) -> Bools:
     """b(n) >= b_max - epsilon, NaN never."""
     best = np.fmax.reduce(b, initial=-np.inf)  # fmax: NaN ignored
@@ -59,10 +75,12 @@ def passing(
     weights: Weights,
     epsilon: float = EPSILON,
     keep: int = KEEP,
+    decide: bool = False,
 ) -> Ints:
-    """Positions the filter passes, ascending: ``narrow_mask`` of ``blended_array``."""
+    """Positions the filter passes, ascending: ``narrow_mask`` of ``blended_array``, or
+    its ``best_mask`` when the filter decides."""
     b = blend(raw, fits, prices, float(weights.policy), float(weights.cost))
-    return np.flatnonzero(narrow_mask(b, epsilon, keep))
+    return np.flatnonzero(best_mask(b) if decide else narrow_mask(b, epsilon, keep))
 
 
 def narrow(
@@ -71,8 +89,10 @@ def narrow(
     weights: Weights,
     epsilon: float = EPSILON,
     keep: int = KEEP,
+    decide: bool = False,
 ) -> set[str]:
-    """Names the filter should pass (``narrow_mask`` by name). Empty only if none fits."""
+    """Names the filter should pass (``passing`` by name). Empty only if none fits."""
     names = list(evals)
     raw, fits, price = as_arrays([evals[n] for n in names], [prices.get(n) for n in names])
-    return {names[i] for i in passing(raw, fits, price, weights, epsilon, keep).tolist()}
+    chosen = passing(raw, fits, price, weights, epsilon, keep, decide)
+    return {names[i] for i in chosen.tolist()}

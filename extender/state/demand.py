@@ -89,6 +89,21 @@ def allowed_models(pod: Pod) -> frozenset[str]:
     return allowed & union if allowed else frozenset(union)
 
 
+def states_preferences(pod: Pod) -> bool:
+    """Whether the pod states a preference among the nodes that fit it: soft node
+    affinity, soft pod (anti-)affinity, or spreading that may be broken
+    (``ScheduleAnyway``). kube-scheduler's score plugins weigh those, so the filter
+    must leave it a choice (``narrowing.best_mask`` is for pods without any)."""
+    aff = pod.spec.affinity
+    if aff is not None and any(
+        part is not None and part.preferredDuringSchedulingIgnoredDuringExecution
+        for part in (aff.nodeAffinity, aff.podAffinity, aff.podAntiAffinity)
+    ):
+        return True
+    spread = pod.spec.topologySpreadConstraints or []
+    return any(c.whenUnsatisfiable == "ScheduleAnyway" for c in spread)
+
+
 def _container_counts(containers: list[Container]) -> tuple[int, dict[str, int]]:
     gpus = 0
     mig: dict[str, int] = {}

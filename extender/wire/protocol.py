@@ -65,12 +65,29 @@ class NodeSelector(msgspec.Struct):
     nodeSelectorTerms: list[NodeSelectorTerm] | None = None
 
 
+class PreferredTerm(msgspec.Struct):
+    """A soft affinity term: only that it exists is read, its fields are skipped."""
+
+
 class NodeAffinity(msgspec.Struct):
     requiredDuringSchedulingIgnoredDuringExecution: NodeSelector | None = None
+    preferredDuringSchedulingIgnoredDuringExecution: list[PreferredTerm] | None = None
+
+
+class PodAffinity(msgspec.Struct):
+    """podAffinity or podAntiAffinity; the required terms are the in-tree filter's."""
+
+    preferredDuringSchedulingIgnoredDuringExecution: list[PreferredTerm] | None = None
 
 
 class Affinity(msgspec.Struct):
     nodeAffinity: NodeAffinity | None = None
+    podAffinity: PodAffinity | None = None
+    podAntiAffinity: PodAffinity | None = None
+
+
+class TopologySpreadConstraint(msgspec.Struct):
+    whenUnsatisfiable: str = ""  # "ScheduleAnyway": a preference, scored in-tree
 
 
 class PodResourceClaim(msgspec.Struct):
@@ -87,6 +104,7 @@ class PodSpec(msgspec.Struct):
     overhead: dict[str, str] | None = None
     nodeSelector: dict[str, str] | None = None
     affinity: Affinity | None = None
+    topologySpreadConstraints: list[TopologySpreadConstraint] | None = None
 
 
 class PodResourceClaimStatus(msgspec.Struct):

@@ -232,3 +232,44 @@ def test_a_second_replica_learns_grants_made_by_the_first(
         raise AssertionError(f"standby never reserved the leader's grant: {reason!r}")
     finally:
         standby.stop()
+
+
+def prioritize_calls(headroom: Headroom) -> int:
+    """How many prioritize requests kube-scheduler has sent the extender (its metrics)."""
+    text = httpx.get(headroom.url + "/metrics").text
+    key = 'headroom_extender_request_duration_seconds_count{verb="prioritize"}'
+    return sum(int(float(line.split()[-1])) for line in text.splitlines() if line.startswith(key))
+
+
+def test_the_filter_decides_unless_the_pod_states_a_preference(
+    kube_scheduler: Any, headroom: Headroom, make_node: Any, namespace: str, core: Any
+) -> None:
+    """Three identical empty nodes tie. A pod stating no preference gets one of them from
+    the filter, which kube-scheduler binds without asking prioritize; a pod preferring
+    one of the two left is given the choice (both pass, kube-scheduler asks prioritize
+    and its NodeAffinity score takes the preferred node). docs/scheduling.md, "Deciding"."""
+    names = ("decide-a", "decide-b", "decide-c")
+    for name in names:
+        make_node(name, gpus=16, capacity_type="on-demand", instance_type="g5.12xlarge")
+        headroom.agent(name, A10G)
+    kube_scheduler(headroom.url)
+    core.create_namespaced_pod(namespace, pod_body("plain", memory=None, gpus=4))
+    taken = node_of(wait_bound(core, namespace, "plain"))  # all 4 GPUs: the node is full
+    assert taken in names
+    assert prioritize_calls(headroom) == 0  # one node passed
+    wanted = sorted(set(names) - {taken})[-1]
+    prefers = pod_body("prefers", "10Gi")
+    term = {
+        "matchExpressions": [
+            {"key": "kubernetes.io/hostname", "operator": "In", "values": [wanted]}
+        ]
+    }
+    prefers["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "preference": term}]
+        }
+    }
+    core.create_namespaced_pod(namespace, prefers)
+    assert node_of(wait_bound(core, namespace, "prefers")) == wanted
+    assert prioritize_calls(headroom) >= 1
+    assert len(headroom.allocations(active="true")) == 5  # 4 whole GPUs and one share

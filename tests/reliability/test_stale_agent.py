@@ -13,7 +13,8 @@ STALE_AFTER = 5.0
 
 
 def test_silent_agent_node_is_steered_away_and_recovers(tmp_path: Path) -> None:
-    with running_extender(tmp_path, stale_after=STALE_AFTER) as ext:
+    # the filter narrows without deciding, so both nodes pass while both fit
+    with running_extender(tmp_path, stale_after=STALE_AFTER, decide=False) as ext:
         ext.add_node("quiet")
         ext.add_node("chatty")
         pod = gpu_pod("p1", memory="4Gi")
@@ -41,7 +42,8 @@ def test_silent_agent_node_is_steered_away_and_recovers(tmp_path: Path) -> None:
 
 
 def test_prioritize_never_prefers_a_stale_node(tmp_path: Path) -> None:
-    with running_extender(tmp_path, stale_after=STALE_AFTER) as ext:
+    # the filter narrows without deciding, so both nodes pass while both fit
+    with running_extender(tmp_path, stale_after=STALE_AFTER, decide=False) as ext:
         ext.add_node("quiet")
         ext.add_node("chatty")
         ext.clock.advance(STALE_AFTER + 1)
