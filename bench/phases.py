@@ -6,7 +6,8 @@ diagnosis behind bench/latency.py's ratios (no HTTP, no floor).
 The service is built as ``headroom serve`` builds it; simulated agents report every node.
 Per pod: the shape's preparation (churn: 1% of the nodes report changed usage; shuffled:
 the candidates in a new order), then filter and prioritize with the bodies
-kube-scheduler sends, each decoded as the server decodes it. The preparation is untimed
+kube-scheduler sends, each decoded as the server decodes it (no prioritize when one node
+passed: kube-scheduler takes it without scoring). The preparation is untimed
 but, like the scheduler's process between two real requests, leaves caches cold. Phases
 are timed by wrapping the service's methods; nested phases are included in their parent
 (``patch`` includes ``evaluate``), so rows do not add up.
@@ -141,10 +142,12 @@ def run(shape: str, nodes: int, pods: int) -> tuple[list[float], list[float], Ti
             if isinstance(result.NodeNames, NameList):  # as the server does (untimed here)
                 codec.encode_filter(result, None)
                 passing = result.NodeNames.json()  # the reply's bytes, echoed
-            second = body(i, passing)
-            t = time.perf_counter()
-            service.prioritize(codec.decode_args(second))
-            prioritized = time.perf_counter() - t
+            prioritized = 0.0
+            if len(result.NodeNames or []) != 1:
+                second = body(i, passing)
+                t = time.perf_counter()
+                service.prioritize(codec.decode_args(second))
+                prioritized = time.perf_counter() - t
             if i == 0:  # the first pod builds the plan every shape starts from
                 for v in times.values():
                     v.clear()
