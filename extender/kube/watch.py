@@ -105,12 +105,15 @@ class Watcher(threading.Thread):
                 return str(page["metadata"]["resourceVersion"])
 
     def _stream(self, resource: Any, rv: str) -> None:
+        # the stream DynamicClient.watch reads, without the ResourceInstance it wraps
+        # around every event: the handlers take the plain dict (raw_object), and that
+        # wrapping cost more than the rest of a pod event
         self._watch = watch.Watch()
-        for event in self.dyn.watch(
-            resource,
+        for event in self._watch.stream(
+            resource.get,
+            serialize=False,
             resource_version=rv,
-            timeout=WATCH_TIMEOUT_S,
-            watcher=self._watch,
+            timeout_seconds=WATCH_TIMEOUT_S,
             allow_watch_bookmarks=True,
         ):
             if self.stop_event.is_set():
