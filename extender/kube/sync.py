@@ -26,11 +26,12 @@ from extender.core.allocation import PodRef
 from extender.dra.ingest import ClaimIngestError
 from extender.dra.state import DraState
 from extender.kube.watch import Kind, Watcher
+from extender.scheduling.acks import WAITING
 from extender.scheduling.service import SchedulingService
 from extender.state.host import pod_requests
 from extender.state.nodefacts import facts_from_node
 from extender.state.podcache import pod_ref
-from extender.wire.annotations import ANN_UNACKNOWLEDGED
+from extender.wire.annotations import ANN_REQUEUED, ANN_UNACKNOWLEDGED
 from extender.wire.protocol import Node, Pod
 
 log = logging.getLogger("headroom.kube.sync")
@@ -72,6 +73,10 @@ class ClusterSync:
                 self.dyn, NODECLAIMS, self._nodeclaims_listed, self._nodeclaim_event, self.stop
             ),
         ]
+        # pods refused by a node while it waited for its device plugin:
+        # (node, the pod it waits for) -> uid -> the refused pod ("namespace/name")
+        self._refused_by: dict[tuple[str, str], dict[str, str]] = {}
+        service.unplaceable_hooks.append(self._refused)
         service.watch_cluster(self.dra, self._lookup)
 
     def start(self) -> None:
@@ -83,7 +88,9 @@ class ClusterSync:
         """Once a second: grants whose device plugin did not acknowledge them in time
         stop holding their node (scheduling/acks.py). Each such pod is annotated: the
         update is the cluster event on which kube-scheduler retries the pods that were
-        refused the node while it waited (nothing else would tell it the node is free)."""
+        refused the node while it waited (nothing else would tell it the node is free).
+        Then the pods refused by a node that no longer waits, for any reason, are
+        nudged (``_requeue_freed``)."""
         while not self.stop.wait(1.0):
             try:
                 expired = self.service.expire_acks()
@@ -91,17 +98,44 @@ class ClusterSync:
                 log.exception("ack expiry failed; retrying")
                 continue
             for a in expired:
-                self._mark_unacknowledged(a.pod)
+                self._annotate(a.pod, ANN_UNACKNOWLEDGED)
+            self._requeue_freed()
 
-    def _mark_unacknowledged(self, pod: str) -> None:
+    def _refused(self, pod: PodRef, reasons: dict[str, str]) -> None:
+        """Filter found no node for ``pod`` (an unplaceable hook, on the event loop): the
+        nodes that refused it because they wait for their device plugin are noted, with
+        the pod each waits for."""
+        waiting = [node for node, why in reasons.items() if WAITING in why]
+        with self._lock:
+            for node in waiting:
+                awaited = self.service.awaited_on(node)
+                if awaited is not None:
+                    held = self._refused_by.setdefault((node, awaited), {})
+                    held[pod.uid] = f"{pod.namespace}/{pod.name}"
+
+    def _requeue_freed(self) -> None:
+        """kube-scheduler retries a refused pod on the next cluster event, and the event
+        that ends a wait (the awaited pod deleted, its bind failed, its acknowledgement)
+        can reach it before the pod watch here: the retry is refused again, and nothing
+        else would wake the pod for 5 minutes. So once a node no longer waits for the
+        pod it waited for, each pod it refused meanwhile is annotated (``ANN_REQUEUED``),
+        a pod update that makes kube-scheduler try it again."""
+        with self._lock:
+            ended = [w for w in self._refused_by if self.service.awaited_on(w[0]) != w[1]]
+            pods = [pod for w in ended for pod in self._refused_by.pop(w).values()]
+        for pod in pods:
+            self._annotate(pod, ANN_REQUEUED)
+
+    def _annotate(self, pod: str, key: str) -> None:
+        """``key`` set to now (RFC 3339) on ``pod`` ("namespace/name")."""
         namespace, _, name = pod.partition("/")
         now = self.service.clock.now()
         at = datetime.fromtimestamp(now, UTC).isoformat(timespec="seconds")
-        body = {"metadata": {"annotations": {ANN_UNACKNOWLEDGED: at}}}
+        body = {"metadata": {"annotations": {key: at}}}
         try:
             self.core.patch_namespaced_pod(name, namespace, body, _request_timeout=5)
         except Exception as e:  # gone meanwhile, or the API is away: the 5-minute requeue
-            log.warning("cannot annotate unacknowledged pod", extra={"pod": pod, "error": str(e)})
+            log.warning("cannot annotate pod", extra={"pod": pod, "key": key, "error": str(e)})
 
     def wait_synced(self, timeout: float) -> bool:
         return all(w.synced.wait(timeout) for w in self.watchers)

@@ -51,10 +51,13 @@ class Awaited:
     gpus: tuple[str, ...]
 
 
+WAITING = "for the device plugin to acknowledge pod"  # in every waiting_reason
+
+
 def waiting_reason(pod: str, since: float, now: float) -> str:
     """Why the node takes no GPU pod now, in words a person can act on."""
     return (
-        f"waiting {max(now - since, 0.0):.0f}s for the device plugin to acknowledge pod "
+        f"waiting {max(now - since, 0.0):.0f}s {WAITING} "
         f"{pod} (bound here, not yet admitted by kubelet); one unacknowledged GPU grant "
         "per node"
     )

@@ -9,7 +9,8 @@ with Kubernetes, so each key is spelled once here.
 - written by the node's device plugin: ``ANN_ALLOCATED`` (the slots kubelet's Allocate
   acknowledged for the grant);
 - written by the extender when that acknowledgement did not come in time:
-  ``ANN_UNACKNOWLEDGED``.
+  ``ANN_UNACKNOWLEDGED``; and on a pod a node refused while it waited, once it no
+  longer waits: ``ANN_REQUEUED``.
 """
 
 from __future__ import annotations
@@ -27,3 +28,10 @@ ANN_UNACKNOWLEDGED = "headroom.dev/unacknowledged"
 acknowledge within ``--ack-timeout`` (the time it gave up, RFC 3339). Besides telling a
 person, the update is a cluster event: kube-scheduler retries the pods that waited for the
 node, which no longer waits (extender/scheduling/acks.py)."""
+ANN_REQUEUED = "headroom.dev/requeued"
+"""Written by the extender on a pending pod that a device-plugin node refused while a grant
+there awaited acknowledgement, once the node no longer waits (the time, RFC 3339). The
+update is the cluster event on which kube-scheduler tries the pod again: the event that
+ended the wait (the awaited pod deleted, say) may reach kube-scheduler before the
+extender, whose filter then refuses the retry, and nothing else would wake the pod for
+kube-scheduler's 5-minute requeue."""

@@ -27,7 +27,7 @@ from kubernetes import client as k8s
 from kubernetes import dynamic
 
 from extender.state.nodefacts import DEVICE_PLUGIN
-from extender.wire.annotations import ANN_UNACKNOWLEDGED
+from extender.wire.annotations import ANN_REQUEUED, ANN_UNACKNOWLEDGED
 from tests.test_manifests import BUILD_KUSTOMIZE, built, go_tool
 
 from .headroom_proc import Headroom
@@ -198,7 +198,17 @@ def test_a_burst_of_sixty_pods_gets_exactly_the_ledgers_gpus(
         msg = wait_message(core, namespace, "next", f"acknowledge pod {namespace}/gone")
         assert "waiting" in msg
         core.delete_namespaced_pod("gone", namespace, grace_period_seconds=0)
+        # kube-scheduler may retry "next" on the deletion before the extender has seen it
+        # and be refused again; the extender annotates "next" once the node no longer
+        # waits for "gone" (a pod update), and kube-scheduler tries it once more
         next_uid = uid_of(wait_bound(core, namespace, "next"))
+        wait_for(
+            lambda: (
+                ANN_REQUEUED
+                in (core.read_namespaced_pod("next", namespace).metadata.annotations or {})
+            ),
+            "the refused pod nudged once the node no longer waits for gone",
+        )
         (gone_row,) = headroom.allocations(pod=gone_uid)
         assert gone_row["ended_at"] is not None, gone_row  # nothing of it is held
         plugins[node].start()  # the plugin restarts, then kubelet does
