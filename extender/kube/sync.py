@@ -105,13 +105,10 @@ class ClusterSync:
         """Filter found no node for ``pod`` (an unplaceable hook, on the event loop): the
         nodes that refused it because they wait for their device plugin are noted, with
         the pod each waits for."""
-        waiting = [node for node, why in reasons.items() if WAITING in why]
-        with self._lock:
-            for node in waiting:
-                awaited = self.service.awaited_on(node)
-                if awaited is not None:
-                    held = self._refused_by.setdefault((node, awaited), {})
-                    held[pod.uid] = f"{pod.namespace}/{pod.name}"
+        waits = [w for w in self.service.awaits().items() if WAITING in reasons.get(w[0], "")]
+        with self._lock:  # the service is asked outside it: one lock at a time
+            for wait in waits:
+                self._refused_by.setdefault(wait, {})[pod.uid] = f"{pod.namespace}/{pod.name}"
 
     def _requeue_freed(self) -> None:
         """kube-scheduler retries a refused pod on the next cluster event, and the event
@@ -120,8 +117,9 @@ class ClusterSync:
         else would wake the pod for 5 minutes. So once a node no longer waits for the
         pod it waited for, each pod it refused meanwhile is annotated (``ANN_REQUEUED``),
         a pod update that makes kube-scheduler try it again."""
+        waits = self.service.awaits()
         with self._lock:
-            ended = [w for w in self._refused_by if self.service.awaited_on(w[0]) != w[1]]
+            ended = [w for w in self._refused_by if waits.get(w[0]) != w[1]]
             pods = [pod for w in ended for pod in self._refused_by.pop(w).values()]
         for pod in pods:
             self._annotate(pod, ANN_REQUEUED)

@@ -172,7 +172,7 @@ class Acks:
         return late
 
     def awaited(self) -> list[Awaited]:
-        """The waits now, by node (for tests and diagnostics)."""
+        """The waits now, by node (the refused pods' nudge, tests, diagnostics)."""
         with self._lock:
             return sorted(self._by_node.values(), key=lambda a: a.node)
 

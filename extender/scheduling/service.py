@@ -185,11 +185,10 @@ class SchedulingService:
         """Waits for an acknowledgement past the timeout end (each a discrepancy)."""
         return self.binding.acks.expire()
 
-    def awaited_on(self, node: str) -> str | None:
-        """The pod ("namespace/name") whose grant on the node waits for the device
-        plugin (no new GPU pod goes there meanwhile); None when none does."""
-        awaiting = self.inventory.awaiting(node)
-        return awaiting[0] if awaiting is not None else None
+    def awaits(self) -> dict[str, str]:
+        """Each node whose grant waits for its device plugin (no new GPU pod goes there
+        meanwhile), and the pod ("namespace/name") it waits for."""
+        return {a.node: a.pod for a in self.binding.acks.awaited()}
 
     def readopt(self, uid: str, namespace: str, name: str, node: str, ann: dict[str, str]) -> None:
         """A bound pod whose GPUs the inventory does not hold: reserved again."""
