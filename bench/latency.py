@@ -4,7 +4,7 @@ the floor (a trivial endpoint on the same server receiving the same bodies).
 
     .venv/bin/python bench/latency.py [--sizes 100,1000,5000] [--requests 1000] \
         [--modes NodeNames,Nodes] [--client httpx|lean|go] [--floor trivial|parse] \
-        [--slowest N] \
+        [--slowest N] [--shapes warm,churn,cold,shuffled] [--varied] \
         [--out docs/bench-latency.md]
 
 The floor reads the same request body and answers with a prepared body of the same size
@@ -110,7 +110,13 @@ LABELS = {"node.kubernetes.io/instance-type": "g5.12xlarge"}
 JSON = {"Content-Type": "application/json"}
 
 
-def report_nodes(client: httpx.Client, names: list[str]) -> dict[str, SimulatedDriver]:
+def report_nodes(
+    client: httpx.Client, names: list[str], varied: bool = False
+) -> dict[str, SimulatedDriver]:
+    """Every node reports 4 A10Gs; node i runs i % 4 processes of 2-16 GiB, so the fleet
+    holds a few states, as a fleet of one instance type running a few workloads does.
+    ``varied``: node i also runs a process of 256 + i MiB on its last GPU, so no two
+    nodes are in the same state (nothing is shared between nodes' evaluations)."""
     clock = SystemClock()
     drivers = {}
     # agents come up in no particular order: the inventory's rows are not the order the
@@ -121,6 +127,8 @@ def report_nodes(client: httpx.Client, names: list[str]) -> dict[str, SimulatedD
         d = drivers[name] = SimulatedDriver("4xA10G:24Gi", seed=i, node=name, clock=clock)
         for j, uuid in enumerate(d.gpu_uuids[: i % 4]):
             d.start_process(f"pod-{i}-{j}", uuid, 2048 * (1 + (i + j) % 8))
+        if varied:
+            d.start_process(f"own-{i}", d.gpu_uuids[-1], 256 + i)
         send_report(client, d, name, "spot" if i % 2 else "on-demand")
     return drivers
 
@@ -330,6 +338,12 @@ def main() -> None:
         help="also list each run's N slowest pairs, with the floor's pair "
         "of the same pod (do slow pairs come alone or in noisy spells?)",
     )
+    ap.add_argument("--shapes", default="warm,churn,cold,shuffled", help="which pod shapes")
+    ap.add_argument(
+        "--varied",
+        action="store_true",
+        help="every node in a state of its own (by default the fleet holds a few states)",
+    )
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     rows = []
@@ -339,7 +353,8 @@ def main() -> None:
         try:
             with make_client(url, timeout=120) as client:
                 names = [f"node-{i:05d}" for i in range(max(sizes))]
-                drivers = report_nodes(client, names)
+                drivers = report_nodes(client, names, args.varied)
+                client.post("/settle", timeout=150).raise_for_status()  # reports written
                 reports: Any = client
                 floor_path = "/floor-parse" if args.floor == "parse" else "/floor"
                 pairs: HttpPairs | GoPairs = HttpPairs(client, floor_path)
@@ -352,7 +367,7 @@ def main() -> None:
                     opened.append(pairs.go)
                 for size in sizes:
                     for mode in args.modes.split(","):
-                        for shape in ("warm", "churn", "cold", "shuffled"):
+                        for shape in args.shapes.split(","):
                             n = args.requests if mode == "NodeNames" else args.nodes_mode_requests
                             rows.append(
                                 (

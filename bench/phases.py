@@ -1,7 +1,8 @@
 """Where a filter+prioritize pair spends its time, in-process, phase by phase: the
 diagnosis behind bench/latency.py's ratios (no HTTP, no floor).
 
-    .venv/bin/python bench/phases.py [--nodes 5000] [--pods 200] [--shapes churn,cold,shuffled]
+    .venv/bin/python bench/phases.py [--nodes 5000] [--pods 200] \
+        [--shapes churn,cold,shuffled] [--varied]
 
 The service is built as ``headroom serve`` builds it; simulated agents report every node.
 Per pod: the shape's preparation (churn: 1% of the nodes report changed usage; shuffled:
@@ -62,7 +63,7 @@ def timed(owner: Any, name: str, label: str, times: Times) -> None:
 
 
 class Cluster:
-    def __init__(self, service: SchedulingService, nodes: int) -> None:
+    def __init__(self, service: SchedulingService, nodes: int, varied: bool = False) -> None:
         self.service = service
         self.clock = SystemClock()
         self.names = [f"node-{i:05d}" for i in range(nodes)]
@@ -74,6 +75,8 @@ class Cluster:
             )
             for j, uuid in enumerate(d.gpu_uuids[: i % 4]):
                 d.start_process(f"pod-{i}-{j}", uuid, 2048 * (1 + (i + j) % 8))
+            if varied:  # no two nodes in the same state (bench/latency.py --varied)
+                d.start_process(f"own-{i}", d.gpu_uuids[-1], 256 + i)
             self.send(name)
 
     def send(self, name: str) -> None:
@@ -93,13 +96,15 @@ class Cluster:
             self.send(name)
 
 
-def run(shape: str, nodes: int, pods: int) -> tuple[list[float], list[float], Times]:
+def run(
+    shape: str, nodes: int, pods: int, varied: bool = False
+) -> tuple[list[float], list[float], Times]:
     with tempfile.TemporaryDirectory() as tmp:
         built = build(
             Settings(db=f"{tmp}/phases.db", allow_unauthenticated_reports=True, stale_after=3600)
         )
         service = built.service
-        cluster = Cluster(service, nodes)
+        cluster = Cluster(service, nodes, varied)
         tune_runtime()
         codec = Codec(service.node_changed)
         times: Times = defaultdict(list)
@@ -163,12 +168,13 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=5000)
     ap.add_argument("--pods", type=int, default=200)
     ap.add_argument("--shapes", default="warm,churn,cold,shuffled")
+    ap.add_argument("--varied", action="store_true", help="every node in a state of its own")
     args = ap.parse_args()
     setup_logging("error")
     print("| shape | filter p50 µs | prioritize p50 µs | phase | calls per pod | µs per pod |")
     print("|---|---:|---:|---|---:|---:|")
     for shape in args.shapes.split(","):
-        filters, prioritizes, times = run(shape, args.nodes, args.pods)
+        filters, prioritizes, times = run(shape, args.nodes, args.pods, args.varied)
         head = [
             shape,
             f"{statistics.median(filters) * 1e6:.0f}",

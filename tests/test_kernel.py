@@ -8,15 +8,20 @@ read out of bounds (a crash would take the scheduler's extender down with it).""
 
 from __future__ import annotations
 
+import msgspec
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from extender.scoring import kernel
 from extender.scoring.batch import GpuBatch
 from extender.scoring.fit import fitting_gpus
-from extender.scoring.fragmentation import fragmentation_of, greedy_scores
-from extender.scoring.model import GpuDemand, GpuView, Limits, NodeView, Shape
+from extender.scoring.fragmentation import _scores, fragmentation_of, greedy_scores
+from extender.scoring.framework import blend_best
+from extender.scoring.model import CapacityPref, GpuDemand, GpuView, Limits, NodeView, Shape
 from extender.wire.report import MAX_GPUS
+from tests import blend_reference
 from tests import fragmentation_reference as ref
 
 LIM = Limits()
@@ -108,3 +113,95 @@ def test_a_row_past_the_columns_is_an_error_not_a_read() -> None:
     mix = _args(b, np.zeros(1, np.int64))[6]
     with pytest.raises(IndexError, match="rows: -1"):
         kernel.value(*b.size(), b.kernel_args(), np.array([-1]), (0, 0), (512, 1024), mix, out)
+
+
+# one input of the pass per edit: (column, slot or None for a node column, new value)
+EDITS = [
+    None,  # the base state itself
+    ("spot", None, True),
+    ("cpu_free", None, 500),
+    ("mem_free", None, 1024),
+    ("cpu_alloc", None, 0),  # allocatable unknown, the same free CPU
+    ("mem_alloc", None, 0),
+    ("present", 2, False),
+    ("reserved", 0, 1),
+    ("total", 0, 40_960),
+    ("committed", 1, 9001),
+    ("node_total", None, 40_000),
+    ("node_committed", None, 20_000),
+]
+
+
+def test_nodes_in_the_same_state_get_the_answer_each_would_get_alone() -> None:
+    """The pass copies the answer of an earlier node in the same state (a fleet holds many:
+    every empty node, every full one). Every answer must be the one the node gets when it
+    is scored by itself: nodes that differ from another in one input only, and repeats
+    that come after the table of states is full (512 states)."""
+    k = len(EDITS)
+    # two bases: host CPU the scarce resource on one, host memory on the other, so that
+    # each allocatable figure changes some answer (stranding reads the scarcer)
+    bases = [_base(12_000, 8192), _base(4000, 62_000)]
+    unique = [node(f"u{i}", [i * 7 % 20_000, (i * 13) % 24_000, 100 + i]) for i in range(600)]
+    edited = [b for b in bases for _ in range(k)]
+    b = GpuBatch.from_views(edited + unique + edited, LIM)
+    for i in range(len(edited)):
+        if (edit := EDITS[i % k]) is not None:
+            column, slot, value = edit
+            for at in (i, len(b) - len(edited) + i):  # the first copy, the one past the table
+                getattr(b, column)[(at,) if slot is None else (slot, at)] = value
+    rows = np.array([*range(len(b)), -1, 3, 0, *range(len(edited))], dtype=np.int64)
+    mix = (*MIX, (Shape(1, 2048, "", 2000, 16_384), 0.1))
+    changed = [False] * k
+    for capacity in (CapacityPref.ANY, CapacityPref.ON_DEMAND):
+        demand = GpuDemand(2, 2048, cpu_milli=600, host_memory_mib=2048, capacity=capacity)
+
+        def scored(at: np.ndarray, d: GpuDemand = demand) -> tuple:
+            return _scores(b, at, d, LIM, mix, True, 0.3, 1.0, None)
+
+        fits, raw, picks = scored(rows)
+        alone = [scored(rows[i : i + 1]) for i in range(len(rows))]
+        assert fits.tolist() == [bool(a[0][0]) for a in alone]
+        assert raw.tolist() == [float(a[1][0]) for a in alone]  # bit for bit
+        assert picks.T.tolist() == [a[2][:, 0].tolist() for a in alone]
+        answer = [(bool(fits[i]), float(raw[i]), *picks[:, i].tolist()) for i in range(len(b))]
+        for i in range(len(edited)):
+            changed[i % k] |= answer[i] != answer[i - i % k]
+    # every edit changed some answer: a lookup that ignored that input would have copied
+    # its base's answer and failed the comparisons above
+    missed = [e for e, c in zip(EDITS, changed, strict=True) if not c]
+    assert missed == [None], missed  # None: the base itself
+
+
+def _base(cpu_requested: int, memory_requested: int) -> NodeView:
+    return msgspec.structs.replace(
+        node("base", [0, 9000, 20_000, 0]),
+        capacity_type="on-demand",
+        cpu_allocatable_milli=16_000,
+        cpu_requested_milli=cpu_requested,
+        memory_allocatable_mib=65_536,
+        memory_requested_mib=memory_requested,
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([-3.5, -0.25, 0.0, 0.1, 0.1, 2.0, 7.75]),  # repeats: ties
+            st.booleans(),
+            st.sampled_from([np.nan, 0.004, 0.004, 0.011, 0.02]),
+        ),
+        max_size=40,
+    ),
+    st.sampled_from([(1.0, 1.0), (1.0, 0.0), (0.0, 1.0), (2.0, 0.5)]),
+)
+def test_the_compiled_blend_is_the_numpy_blend_bit_for_bit(nodes, weights) -> None:
+    """Tied scores, prices unknown (NaN) or all equal, no node fitting, one weight 0:
+    the kernel's blend is NumPy's, and its best node is nanargmax's (the first of equals)."""
+    raw = np.array([r for r, _, _ in nodes], dtype=float)
+    fits = np.array([f for _, f, _ in nodes], dtype=bool)
+    prices = np.array([p for _, _, p in nodes], dtype=float)
+    b, best = blend_best(raw, fits, prices, *weights)
+    want = blend_reference.blend(raw, fits, prices, *weights)
+    assert b.tobytes() == want.tobytes()
+    assert best == blend_reference.best(want)

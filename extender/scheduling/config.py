@@ -15,7 +15,7 @@ class ServiceConfig:
     weights: Weights = field(default_factory=Weights)
     narrow_epsilon: float | None = None  # None: filter passes every fitting node
     # with narrowing, a pod stating no preference of its own gets one node from the
-    # filter, so kube-scheduler binds it without prioritize (narrowing.best_mask)
+    # filter, so kube-scheduler binds it without prioritize (narrowing.passing)
     decide: bool = False
     refresh_shapes: int = 2  # plans brought up to date after a report or bind (hotshapes)
     refresh_window: float = 10.0  # ... for the shapes filtered within this many seconds

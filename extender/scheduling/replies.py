@@ -58,7 +58,7 @@ def filter_reply(
     asks) only the nodes the policy and cost put on top pass (docs/scheduling.md); the
     others fit, so they get no failure reason (kube-scheduler only shows reasons when
     nothing passes, and narrowing never passes nothing when something fits). With
-    ``decide`` as well, only the best of them passes (``narrowing.best_mask``)."""
+    ``decide`` as well, only the best of them passes (``narrowing.passing``)."""
     if decide and epsilon is not None:
         if plan.replies.decided is None:
             passing = narrowed(plan.raw, plan.fits, plan.price, weights, decide=True)

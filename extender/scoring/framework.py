@@ -15,8 +15,9 @@ from typing import cast
 import numpy as np
 import numpy.typing as npt
 
-from extender.scoring.batch import GpuBatch, Ints, host_fits
-from extender.scoring.cost import Floats, cost_of
+from extender.scoring import kernel  # compiled from kernel.c when the package is built
+from extender.scoring.batch import GpuBatch, Ints, contiguous, host_fits
+from extender.scoring.cost import Floats
 from extender.scoring.fit import fitting_gpus, shortfall_reason
 from extender.scoring.model import MAX_PRIORITY, CapacityPref, GpuDemand, GpuView, NodeView
 from extender.scoring.policy import Context, NodePolicy, Policy, RowEvaluator
@@ -141,17 +142,19 @@ def blended_array(raw: Floats, fits: Bools, prices: Floats, weights: Weights) ->
 
 def blend(raw: Floats, fits: Bools, prices: Floats, w_policy: float, w_cost: float) -> Floats:
     """``blended_array`` with the weights as plain floats."""
-    out = np.full(raw.shape[0], np.nan)
-    if not fits.any():
-        return out
-    raw_fit, price_fit = raw[fits], prices[fits]
-    lo, hi = raw_fit.min(), raw_fit.max()
-    known = price_fit[~np.isnan(price_fit)]
-    p_lo, p_hi = (known.min(), known.max()) if known.size else (np.inf, -np.inf)
-    policy = (raw_fit - lo) / (hi - lo) if hi > lo else np.ones_like(raw_fit)
-    cost = cost_of(price_fit, p_lo, p_hi)
-    out[fits] = (w_policy * policy + w_cost * cost) / (w_policy + w_cost)
-    return out
+    return blend_best(raw, fits, prices, w_policy, w_cost)[0]
+
+
+def blend_best(
+    raw: Floats, fits: Bools, prices: Floats, w_policy: float, w_cost: float
+) -> tuple[Floats, int]:
+    """``blend`` and the position of its best score, the first of equals (-1 when no node
+    fits): one compiled pass (``kernel.blend``; tests/blend_reference.py is the NumPy
+    oracle it is checked against, bit for bit)."""
+    out = np.empty(raw.shape[0])
+    arrays = contiguous(raw), contiguous(fits), contiguous(prices)
+    best = kernel.blend(*arrays, w_policy, w_cost, out)
+    return out, best
 
 
 def as_arrays(

@@ -45,3 +45,12 @@ def stranding(
     out: np.ndarray,
     /,
 ) -> None: ...
+def blend(
+    raw: np.ndarray,
+    fits: np.ndarray,
+    prices: np.ndarray,
+    w_policy: float,
+    w_cost: float,
+    out: np.ndarray,
+    /,
+) -> int: ...

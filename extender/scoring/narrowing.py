@@ -34,7 +34,7 @@ from extender.scoring.framework import (
     Evaluation,
     Weights,
     as_arrays,
-    blend,
+    blend_best,
 )
 from extender.scoring.framework import blended as blended
 
@@ -53,15 +53,6 @@ def narrow_mask(b: Floats, epsilon: float = EPSILON, keep: int = KEEP) -> Bools:
     return mask
 
 
-def best_mask(b: Floats) -> Bools:
-    """The node the filter passes when it decides: the best ``blended_array`` score, the
-    first of equals (candidate order); none when nothing fits."""
-    mask = np.zeros(b.shape[0], dtype=bool)
-    if b.size and not np.isnan(b).all():
-        mask[int(np.nanargmax(b))] = True  # nanargmax: the first of equal maxima
-    return mask
-
-
 def _within(b: Floats, epsilon: float) -> Bools:
     """b(n) >= b_max - epsilon, NaN never."""
     best = np.fmax.reduce(b, initial=-np.inf)  # fmax: NaN ignored
@@ -77,10 +68,13 @@ def passing(
     keep: int = KEEP,
     decide: bool = False,
 ) -> Ints:
-    """Positions the filter passes, ascending: ``narrow_mask`` of ``blended_array``, or
-    its ``best_mask`` when the filter decides."""
-    b = blend(raw, fits, prices, float(weights.policy), float(weights.cost))
-    return np.flatnonzero(best_mask(b) if decide else narrow_mask(b, epsilon, keep))
+    """Positions the filter passes, ascending: ``narrow_mask`` of ``blended_array``, or,
+    when the filter decides, its best node alone: the highest b(n), the first of equals
+    in candidate order (``framework.blend_best``); none when nothing fits."""
+    b, best = blend_best(raw, fits, prices, float(weights.policy), float(weights.cost))
+    if decide:
+        return np.array([best] if best >= 0 else [], dtype=np.int64)
+    return np.flatnonzero(narrow_mask(b, epsilon, keep))
 
 
 def narrow(

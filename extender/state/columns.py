@@ -292,11 +292,13 @@ def _read(
 ) -> tuple[Ints, Floats, Floats]:
     if not len(received):  # no node reported yet: every row is -1
         return rows.copy(), np.full(len(rows), np.nan), np.full(len(rows), np.nan)
-    r = np.maximum(rows, 0)
-    live_mask = (rows >= 0) & (now - received[r] <= stale_after)
-    live = np.where(live_mask, rows, -1)
-    price_of = np.where(live_mask, price[r], np.nan)
-    received_of = np.where(live_mask, received[r], np.nan)
+    received_of = received.take(rows)  # -1 reads the last row: masked as dead below
+    dead = ~((now - received_of <= stale_after) & (rows >= 0))
+    live = rows.copy()
+    live[dead] = -1
+    price_of = price.take(rows)
+    price_of[dead] = np.nan
+    received_of[dead] = np.nan
     return live, price_of, received_of
 
 

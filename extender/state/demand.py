@@ -93,7 +93,7 @@ def states_preferences(pod: Pod) -> bool:
     """Whether the pod states a preference among the nodes that fit it: soft node
     affinity, soft pod (anti-)affinity, or spreading that may be broken
     (``ScheduleAnyway``). kube-scheduler's score plugins weigh those, so the filter
-    must leave it a choice (``narrowing.best_mask`` is for pods without any)."""
+    must leave it a choice (``narrowing.passing`` decides only for pods without any)."""
     aff = pod.spec.affinity
     if aff is not None and any(
         part is not None and part.preferredDuringSchedulingIgnoredDuringExecution
