@@ -105,7 +105,11 @@ class ClusterSync:
         """Filter found no node for ``pod`` (an unplaceable hook, on the event loop): the
         nodes that refused it because they wait for their device plugin are noted, with
         the pod each waits for."""
-        waits = [w for w in self.service.awaits().items() if WAITING in reasons.get(w[0], "")]
+        waits = [
+            (node, awaited)
+            for node, awaited in self.service.awaits().items()
+            if WAITING in reasons.get(node, "")
+        ]
         with self._lock:  # the service is asked outside it: one lock at a time
             for wait in waits:
                 self._refused_by.setdefault(wait, {})[pod.uid] = f"{pod.namespace}/{pod.name}"
@@ -119,8 +123,10 @@ class ClusterSync:
         a pod update that makes kube-scheduler try it again."""
         waits = self.service.awaits()
         with self._lock:
-            ended = [w for w in self._refused_by if waits.get(w[0]) != w[1]]
-            pods = [pod for w in ended for pod in self._refused_by.pop(w).values()]
+            ended = [
+                (node, awaited) for node, awaited in self._refused_by if waits.get(node) != awaited
+            ]
+            pods = [pod for wait in ended for pod in self._refused_by.pop(wait).values()]
         for pod in pods:
             self._annotate(pod, ANN_REQUEUED)
 
