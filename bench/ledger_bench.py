@@ -4,9 +4,10 @@
         [--pg-dsn postgresql://...]   # default: start a throwaway server (tests/ledger/pg.py)
 
 A "bind" is what the extender does per pod: record_decision (one grant) + mark_bound,
-each its own durable transaction (SQLite synchronous=FULL, PostgreSQL
-synchronous_commit=on). Figures are rates from one run on one machine; compare them
-as ratios, not as absolute promises.
+each durable before it returns (SQLite synchronous=FULL, PostgreSQL
+synchronous_commit=on); with several threads, writes that queue behind a running
+transaction share the next one (group commit, extender/ledger/group.py). Figures are
+rates from one run on one machine; compare them as ratios, not as absolute promises.
 """
 
 from __future__ import annotations

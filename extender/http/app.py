@@ -34,12 +34,10 @@ from extender.http.nodes import nodes_router
 from extender.http.page import page_router
 from extender.http.scheduler import Limits, scheduler_error, scheduler_router
 from extender.http.webhook import WebhookPolicy, webhook_router
+from extender.scheduling.config import BIND_WORKERS
 from extender.scheduling.service import SchedulingService
 
 log = logging.getLogger("headroom.server")
-# kube-scheduler binds pods concurrently (its binding cycles run apart from scheduling);
-# the ledger takes one writer at a time, so more threads would only wait longer
-BIND_WORKERS = 16
 # raised outside any family's own mapping (the audit API, the webhook, a writer's
 # body): answered as the scheduler verbs answer them
 SHARED_ERRORS = (BodyTooLarge, RecursionError, OverflowError, Invalid, LedgerUnavailable)

@@ -18,6 +18,7 @@ import msgspec
 
 from extender.core.allocation import (
     Allocation,
+    AlreadyAllocated,
     Decision,
     EventKind,
     GpuGrant,
@@ -27,6 +28,7 @@ from extender.core.allocation import (
     Sharing,
     Status,
 )
+from extender.ledger import capacity
 from extender.ledger.dialect import to_price
 from extender.ledger.named import Shape, fetch_all
 from extender.ledger.records import AllocationFilter
@@ -258,6 +260,21 @@ def holder(tx: Tx, pod_uid: str) -> str | None:
     """The node of the pod's active allocation, if it has one."""
     row = tx.execute(ACTIVE_FOR_POD, (pod_uid,)).fetchone()
     return None if row is None else str(row[0])
+
+
+def decide(tx: Tx, d: Decision) -> list[int]:
+    """A decision's rows and its event (their ids); refused, with nothing written, if
+    the pod already holds GPUs (``AlreadyAllocated``) or a GPU would be over its memory
+    (``CapacityExceeded``)."""
+    held = holder(tx, d.pod.uid)
+    if held is not None:
+        raise AlreadyAllocated(d.pod.uid, held)
+    capacity.check(tx, d)
+    ids = insert_decision(tx, d)
+    gpus = ",".join(g.gpu_uuid for g in d.grants)
+    payload = decision_payload(d, ids)
+    tx.append_event(d.decided_at, EventKind.DECISION, payload, d.pod.uid, d.node.name, gpus)
+    return ids
 
 
 def insert_decision(tx: Tx, d: Decision) -> list[int]:

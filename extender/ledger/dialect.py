@@ -43,6 +43,13 @@ class Dialect(Protocol):
         """A connection for reads (errors translated to ``LedgerUnavailable``)."""
         ...
 
+    def savepoint(self, conn: Any) -> AbstractContextManager[None]:
+        """A savepoint inside ``write()``'s transaction. A failure inside rolls back to
+        it and is raised again: a unique index's refusal as ``UniqueConflict``; any
+        other database error as ``LedgerUnavailable`` (the whole transaction's failure:
+        the savepoint's own rollback is not trusted then)."""
+        ...
+
     def migrate(self) -> AbstractContextManager[Any]:
         """A write transaction serialised against other processes migrating."""
         ...

@@ -95,6 +95,10 @@ class PostgresDialect:
                 committing = True
         except psycopg.errors.UniqueViolation as exc:
             raise UniqueConflict(str(exc)) from exc
+        except LedgerUnavailable:  # from a savepoint (already translated)
+            if conn.broken or conn.closed:
+                self._drop(conn)
+            raise
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             self._drop(conn)
             raise LedgerUnavailable(f"postgresql: {_line(exc)}", maybe_written=committing) from exc
@@ -102,6 +106,16 @@ class PostgresDialect:
             if conn.broken or conn.closed:
                 self._drop(conn)
             raise LedgerUnavailable(f"postgresql: {_line(exc)}", maybe_written=committing) from exc
+
+    @contextmanager
+    def savepoint(self, conn: psycopg.Connection) -> Iterator[None]:
+        try:
+            with conn.transaction():  # nested in write()'s: a SAVEPOINT
+                yield
+        except psycopg.errors.UniqueViolation as exc:
+            raise UniqueConflict(str(exc)) from exc
+        except psycopg.Error as exc:
+            raise LedgerUnavailable(f"postgresql: {_line(exc)}") from exc
 
     def write(self) -> AbstractContextManager[psycopg.Connection]:
         return self._tx("SELECT seq FROM chain_head WHERE id = 1 FOR UPDATE")

@@ -10,6 +10,10 @@ same lock makes the capacity check (``capacity``: a GPU's grants never exceed it
 memory) exact across replicas: the sum it reads cannot change before the decision
 commits.
 
+The scheduling path's writes (a decision, a status change) go through ``group.py``:
+writes that queue while a transaction runs share the next one, so concurrent binds pay
+for one lock, one chain-head update and one commit together.
+
 This class is the transaction boundary, timing and logging; what each table holds and
 how it is written lives beside its SQL (``allocations``, ``nodes``, ``discrepancies``,
 ``trail``).
@@ -34,10 +38,11 @@ from extender.core.allocation import (
     Status,
 )
 from extender.core.received import Held, Receipt
-from extender.ledger import acks, allocations, capacity, discrepancies, nodes, receipts, trail
+from extender.ledger import acks, allocations, discrepancies, nodes, receipts, trail
 from extender.ledger.chain import GENESIS, verify
 from extender.ledger.dialect import Cursor, Dialect, Hooks, NullHooks, UniqueConflict
 from extender.ledger.discrepancies import DISCREPANCY_GAP_S
+from extender.ledger.group import GroupCommit
 from extender.ledger.named import Shape, fetch_all, stream
 from extender.ledger.records import (
     AllocationFilter,
@@ -72,17 +77,22 @@ class SqlLedger:
         self.hooks: Hooks = hooks or NullHooks()
         self.max_gap_s = max_gap_s
         self.discrepancy_gap_s = discrepancy_gap_s
+        # the scheduling path's writes (decisions, status changes) share transactions
+        self._group = GroupCommit(lambda ops: self._write(*ops))
         self._migrate()
 
     # ---- plumbing -------------------------------------------------------------------
     @contextmanager
-    def _write(self, op: str) -> Iterator[Tx]:
+    def _write(self, *ops: str) -> Iterator[Tx]:
+        """One write transaction, timed for each write it carries (``ops``)."""
         t0 = time.perf_counter()
         with self.dialect.write() as conn:
             tx = Tx(conn, self.dialect)
             yield tx
             tx.flush_head()
-        self.hooks.write_seconds(op, time.perf_counter() - t0)
+        seconds = time.perf_counter() - t0
+        for op in ops:
+            self.hooks.write_seconds(op, seconds)
 
     def _read(self, shape: Shape[T], statement: str, params: Sequence[Any] = ()) -> list[T]:
         with self.dialect.read() as conn:
@@ -125,20 +135,7 @@ class SqlLedger:
     def record_decision(self, decision: Decision) -> list[Allocation]:
         pod, node = decision.pod, decision.node
         try:
-            with self._write("record_decision") as tx:
-                held = allocations.holder(tx, pod.uid)
-                if held is not None:
-                    raise AlreadyAllocated(pod.uid, held)
-                capacity.check(tx, decision)  # CapacityExceeded: rolled back, nothing written
-                ids = allocations.insert_decision(tx, decision)
-                tx.append_event(
-                    decision.decided_at,
-                    EventKind.DECISION,
-                    allocations.decision_payload(decision, ids),
-                    pod.uid,
-                    node.name,
-                    ",".join(g.gpu_uuid for g in decision.grants),
-                )
+            ids = self._group.run("record_decision", lambda tx: allocations.decide(tx, decision))
         except UniqueConflict:
             raise AlreadyAllocated(pod.uid, node.name) from None
         log.info(
@@ -174,8 +171,9 @@ class SqlLedger:
         extra: dict[str, Any],
     ) -> int:
         """One status change, one event per pod it touched; returns the rows moved."""
-        with self._write(op) as tx:
-            changed = allocations.transition(tx, statement, params, kind, at, extra)
+        changed = self._group.run(
+            op, lambda tx: allocations.transition(tx, statement, params, kind, at, extra)
+        )
         if changed:
             log.info(
                 "allocation %s",

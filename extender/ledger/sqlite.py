@@ -82,6 +82,24 @@ class SqliteDialect:
             raise
 
     @contextmanager
+    def savepoint(self, conn: sqlite3.Connection) -> Iterator[None]:
+        try:
+            conn.execute("SAVEPOINT part")
+            try:
+                yield
+            except BaseException as exc:
+                if isinstance(exc, sqlite3.Error) and not isinstance(exc, sqlite3.IntegrityError):
+                    raise  # the transaction's failure, not this part's
+                conn.execute("ROLLBACK TO part")
+                conn.execute("RELEASE part")
+                if isinstance(exc, sqlite3.IntegrityError):
+                    raise UniqueConflict(str(exc)) from exc
+                raise
+            conn.execute("RELEASE part")
+        except sqlite3.Error as exc:
+            raise LedgerUnavailable(f"sqlite {self.path}: {exc}") from exc
+
+    @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
         conn = self._conn()
         try:

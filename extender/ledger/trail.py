@@ -9,6 +9,7 @@ head it leaves commit together or not at all.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 from extender.core.allocation import EventKind
@@ -65,6 +66,18 @@ class Tx:
         self.execute(INSERT_EVENT, [getattr(event, f) for f in EVENT.fields])
         self._head = Head(seq, digest)
         return seq
+
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """A part of the transaction that a failure undoes alone: its rows (the
+        dialect's savepoint) and the events it appended to the chain."""
+        head = self._head
+        try:
+            with self.dialect.savepoint(self.conn):
+                yield
+        except BaseException:
+            self._head = head
+            raise
 
     def flush_head(self) -> None:
         if self._head is not None:

@@ -37,11 +37,11 @@ from extender.pricing.mig import mig_share
 from extender.scheduling.acks import Acks
 from extender.scheduling.asks import Asks
 from extender.scheduling.binder import Binder, BindError
-from extender.scheduling.config import ServiceConfig
+from extender.scheduling.config import BIND_WORKERS, ServiceConfig
 from extender.scheduling.deadline import Deadline
 from extender.scheduling.evaluate import Evaluator
 from extender.scheduling.inflight import InFlight
-from extender.scoring import evaluate
+from extender.scoring import place
 from extender.scoring.model import GpuView, NodeView
 from extender.state.demand import DemandError, GpuDemand
 from extender.state.inventory import Grant
@@ -82,7 +82,7 @@ class Binding:
         # bind of the pod asks the ledger what happened before doing anything else
         # (the call still running when it timed out, if any: settled only once it is done)
         self._unsettled: dict[str, Future[Any] | None] = {}
-        self._in_time = Deadline(config.ledger_deadline).call
+        self._in_time = Deadline(config.ledger_deadline, workers=BIND_WORKERS).call
 
     def bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
         if not self._binding.enter(args.PodUID, self.config.bind_wait):
@@ -188,7 +188,7 @@ class Binding:
             view = self.inventory.view(node_name)
             if reason or view is None:
                 raise BindRefused(f"node {node_name}: {reason or 'unknown node'}")
-            ev = evaluate(view, seen.demand, self.evaluator.policy, self.evaluator.context())
+            ev = place(view, seen.demand, self.evaluator.policy, self.evaluator.context())
             if not ev.fits:
                 raise BindRefused(f"node {node_name}: {ev.reason}")
             decision = self._decision(seen, view, ev.chosen)

@@ -7,6 +7,11 @@ from dataclasses import dataclass, field
 
 from extender.scoring import Limits, Weights
 
+# kube-scheduler binds pods concurrently (its binding cycles run apart from scheduling):
+# this many binds run at once, and as many ledger calls, so that every bind waiting on
+# the ledger can join the same transaction (group commit, extender/ledger/group.py)
+BIND_WORKERS = 16
+
 
 @dataclass(frozen=True, slots=True)
 class ServiceConfig:
