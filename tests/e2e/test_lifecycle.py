@@ -16,6 +16,7 @@ from kubernetes import config as k8s_config
 from extender.kube.binder import KubeBinder
 from extender.ledger import open_ledger
 from extender.pricing import load_pricebook
+from extender.scheduling.binder import BindError
 from extender.scheduling.service import SchedulingService
 from extender.scoring import policy_by_name
 from extender.simulate.server_thread import free_port
@@ -125,6 +126,31 @@ def assert_nothing_active(svc: SchedulingService, uid: str) -> None:
     assert svc.ledger.active() == []
     assert all(a.status == "failed" for a in svc.ledger.for_pod(uid))
     assert svc.inventory.grants_of(uid) == []
+
+
+def test_the_binding_carries_the_grant_and_only_binds_the_pod_it_names(
+    k8s_client: k8s.ApiClient, make_node: Any, namespace: str
+) -> None:
+    """KubeBinder's own POST of the Binding (not the generated client): the grant lands
+    on the pod with the node, and a pod replaced under the same name is not bound."""
+    core: Any = k8s.CoreV1Api(k8s_client)
+    make_node("grant-node", gpus=4, capacity_type="on-demand", instance_type="g5.xlarge")
+    binder = KubeBinder(k8s_client)
+    grant = {"headroom.dev/gpu-uuids": "GPU-a,GPU-b", "headroom.dev/gpu-memory-mib": "8192"}
+
+    pod = core.create_namespaced_pod(namespace, pod_body("carries-grant", "8Gi"))
+    binder.bind(namespace, "carries-grant", pod.metadata.uid, "grant-node", grant)
+    bound = core.read_namespaced_pod("carries-grant", namespace)
+    assert bound.spec.node_name == "grant-node"
+    assert {k: bound.metadata.annotations.get(k) for k in grant} == grant
+
+    # the UID is a precondition: the name now belongs to another pod, which stays pending
+    old = core.create_namespaced_pod(namespace, pod_body("replaced", "8Gi"))
+    core.delete_namespaced_pod("replaced", namespace, grace_period_seconds=0)
+    core.create_namespaced_pod(namespace, pod_body("replaced", "8Gi"))
+    with pytest.raises(BindError, match="replaced"):
+        binder.bind(namespace, "replaced", old.metadata.uid, "grant-node", grant)
+    assert core.read_namespaced_pod("replaced", namespace).spec.node_name is None
 
 
 def test_binder_failures_leave_nothing_active(
