@@ -15,7 +15,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.scoring import POLICIES, Context, Limits, evaluate, policy_by_name
+from extender.scoring import POLICIES, Context, Limits, evaluate, place, policy_by_name
 from extender.scoring.batch import GpuBatch
 from extender.scoring.fit import fitting_gpus
 from extender.scoring.framework import evaluate_batch, evaluate_rows
@@ -119,6 +119,9 @@ def test_batch_equals_per_node(
         assert bool(fits[i]) == ev.fits, (view, demand)
         if ev.fits:
             assert raw[i] == ev.raw, (policy, view, demand, raw[i], ev.raw)
+        # bind places without scoring: the same verdict, reason and GPUs
+        placed = place(view, demand, pol, ctx)
+        assert (placed.fits, placed.reason, placed.chosen) == (ev.fits, ev.reason, ev.chosen)
 
 
 @settings(max_examples=300, deadline=None)

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from extender.scheduling.asks import Asks
 from extender.scheduling.evaluate import Evaluator
-from extender.scoring import evaluate
+from extender.scoring import place
 from extender.scoring.model import NodeView
 from extender.wire.clock import Clock
 from extender.wire.protocol import (
@@ -33,7 +33,7 @@ def preempt(
         if evaluator.unavailable(node, clock.now()):
             continue
         view = view_without(evaluator, node, [p.UID for p in v.Pods])
-        if view is not None and evaluate(view, demand, evaluator.policy, evaluator.context()).fits:
+        if view is not None and place(view, demand, evaluator.policy, evaluator.context()).fits:
             kept[node] = v
     return ExtenderPreemptionResult(NodeNameToMetaVictims=kept)
 

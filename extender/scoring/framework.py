@@ -1,6 +1,6 @@
 """The one place that walks nodes and calls a policy (kube-scheduler's Filter + Score).
 
-evaluate(): capacity-type rule -> fitting GPUs -> policy.place -> policy.score (raw)
+evaluate(): capacity-type rule -> fitting GPUs -> policy.place (place()) -> policy.score (raw)
 priorities(): raw scores min-max normalised over the fitting nodes, blended with the
 cost term, as integers 0..10 (the extender protocol's range; the scheduler multiplies
 by weight x 10 and does not clamp, so we never exceed 10).
@@ -52,6 +52,15 @@ def capacity_reason(node: NodeView, demand: GpuDemand) -> str:
 
 
 def evaluate(node: NodeView, demand: GpuDemand, policy: NodePolicy, ctx: Context) -> Evaluation:
+    ev = place(node, demand, policy, ctx)
+    if not ev.fits:
+        return ev
+    return Evaluation(True, chosen=ev.chosen, raw=policy.score(node, demand, ev.chosen, ctx))
+
+
+def place(node: NodeView, demand: GpuDemand, policy: NodePolicy, ctx: Context) -> Evaluation:
+    """``evaluate`` without the score (``raw`` stays 0): whether the pod fits and the
+    GPUs it takes. Bind needs no more, and the score is most of a node's evaluation."""
     rule = capacity_reason(node, demand)
     if rule:
         return Evaluation(False, rule, unresolvable=True)
@@ -62,8 +71,7 @@ def evaluate(node: NodeView, demand: GpuDemand, policy: NodePolicy, ctx: Context
     if len(fitting) < demand.count:
         reason = shortfall_reason(node, demand, ctx.limits, len(fitting))
         return Evaluation(False, reason, unresolvable=_never_fits(node, demand, ctx))
-    chosen = policy.place(node, demand, fitting, ctx)
-    return Evaluation(True, chosen=chosen, raw=policy.score(node, demand, chosen, ctx))
+    return Evaluation(True, chosen=policy.place(node, demand, fitting, ctx))
 
 
 def evaluate_batch(
