@@ -189,8 +189,10 @@ def _idle(procs: dict[str, int], seconds: float) -> dict[str, float]:
 
 def breakdown(
     spans: dict[str, list[float]], pods: int
-) -> list[tuple[str, int, float, float, float]]:
-    """(span, calls, p50 ms, p99 ms, ms per bound pod), in the order of the bind path."""
+) -> list[tuple[str, int, float, float, float, float | None]]:
+    """(span, calls, p50 ms, p99 ms, ms per bound pod, CPU ms per bound pod), in the
+    order of the bind path; the CPU is the span's thread's (``NAME [CPU]``), None where
+    the span has none."""
     order = [
         "http /filter", "http /filter: body read", "service.filter",
         "plans: a list evaluated afresh",
@@ -212,14 +214,19 @@ def breakdown(
         "sqlite COMMIT (fsync)", "bind: collect_due (gc)",
         "service.refresh (after each bind, event loop)",
     ]  # fmt: skip
-    names = [n for n in order if n in spans] + sorted(n for n in spans if n not in order)
+    timed = {n: v for n, v in spans.items() if not n.endswith(" [CPU]")}
+    names = [n for n in order if n in timed] + sorted(n for n in timed if n not in order)
     rows = []
+    per_pod = 1e3 / max(pods, 1)
     for n in names:
-        v = sorted(spans[n])
+        v = sorted(timed[n])
         if not v:
             continue
         p99 = v[min(len(v) - 1, int(0.99 * len(v)))]
-        rows.append((n, len(v), statistics.median(v) * 1e3, p99 * 1e3, sum(v) * 1e3 / max(pods, 1)))
+        cpu = spans.get(f"{n} [CPU]")
+        cpu_per_pod = None if cpu is None else sum(cpu) * per_pod
+        p50 = statistics.median(v) * 1e3
+        rows.append((n, len(v), p50, p99 * 1e3, sum(v) * per_pod, cpu_per_pod))
     return rows
 
 
@@ -260,12 +267,13 @@ def print_report(results: list[RunResult], spans: dict[str, Any], args: argparse
     if spans.get("spans") and with_run is not None:
         say(
             f"\nExtender spans, run 'with' ({with_run.bound} pods bound;"
-            " ms per pod = sum ÷ pods):\n"
+            " ms per pod = sum ÷ pods; CPU: the span's own thread's):\n"
         )
-        say("| span | calls | p50 ms | p99 ms | ms per pod |")
-        say("|---|---|---|---|---|")
-        for name, calls, p50, p99, per in breakdown(spans["spans"], with_run.bound):
-            say(f"| {name} | {calls} | {p50:.2f} | {p99:.2f} | {per:.2f} |")
+        say("| span | calls | p50 ms | p99 ms | ms per pod | CPU ms per pod |")
+        say("|---|---|---|---|---|---|")
+        for name, calls, p50, p99, per, cpu in breakdown(spans["spans"], with_run.bound):
+            on_cpu = "" if cpu is None else f"{cpu:.2f}"
+            say(f"| {name} | {calls} | {p50:.2f} | {p99:.2f} | {per:.2f} | {on_cpu} |")
         for k, v in spans.get("counts", {}).items():
             say(f"- {k}: {v}")
 

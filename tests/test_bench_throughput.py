@@ -59,11 +59,17 @@ def test_trace_pods_fit_a_node_and_ask_as_the_readme_says() -> None:
 
 
 def test_breakdown_is_per_bound_pod_in_bind_path_order() -> None:
-    spans = {"zzz other": [0.001], "service.bind": [0.010, 0.030], "http /bind": [0.040, 0.040]}
+    spans = {
+        "zzz other": [0.001],
+        "service.bind": [0.010, 0.030],
+        "service.bind [CPU]": [0.002, 0.004],
+        "http /bind": [0.040, 0.040],
+    }
     rows = breakdown(spans, pods=2)
     assert [r[0] for r in rows] == ["http /bind", "service.bind", "zzz other"]
-    _, calls, p50, _, per_pod = rows[1]
-    assert (calls, round(p50, 3), round(per_pod, 3)) == (2, 20.0, 20.0)
+    _, calls, p50, _, per_pod, cpu = rows[1]
+    assert (calls, round(p50, 3), round(per_pod, 3), round(cpu or 0, 3)) == (2, 20.0, 20.0, 3.0)
+    assert rows[0][5] is None  # no CPU recorded for it
 
 
 def test_cpu_lists_read_as_taskset_reads_them() -> None:
