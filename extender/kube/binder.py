@@ -14,7 +14,8 @@ The Binding is one small JSON document POSTed through the Kubernetes client's ow
 connection pool (its TLS, client certificate and bearer token, refreshed as the client
 refreshes it), not through the generated ``CoreV1Api``: that layer validated the call's
 arguments, walked the ``V1Binding`` model to serialise it and rebuilt the request's
-headers on every bind, about a third of a bind thread's Python (bench/throughput.py).
+headers on every bind, about half of the POST's Python in a py-spy profile of
+bench/throughput.py (docs/BENCHMARKS.md, eighth throughput measurement).
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ The same design as LevelDB's writer queue and PostgreSQL's own group commit.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -83,7 +84,7 @@ class GroupCommit:
             if mine.done:
                 return mine.outcome()
         with self._lock:
-            batch = [self._queue[i] for i in range(min(self._max_batch, len(self._queue)))]
+            batch = list(itertools.islice(self._queue, self._max_batch))
         try:
             self._commit(batch)
         finally:
