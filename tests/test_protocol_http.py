@@ -192,3 +192,38 @@ def test_bind_of_a_pod_filter_never_saw_reads_it_without_touching_the_mix(
     (row,) = service.ledger.for_pod(pod.metadata.uid)
     assert row.grant.memory_mib == 6 * 1024
     assert service.mix.version == mix_before
+
+
+@pytest.mark.parametrize("verb", ["filter", "prioritize", "bind", "preempt"])
+def test_a_verb_called_with_another_method_is_refused_in_the_protocols_shape(
+    ext: Extender, verb: str
+) -> None:
+    """The verbs are served beside FastAPI's router (``Edge`` hands them over), so their
+    refusals keep the verbs' own shape: ``Error``, and which method they take."""
+    r = ext.client.get(f"/{verb}")
+    assert r.status_code == 405
+    assert r.headers["allow"] == "POST"
+    assert r.json() == {"Error": f"/{verb} takes POST"}
+
+
+def test_a_bind_is_followed_by_the_plans_refresh(ext: Extender) -> None:
+    """After each bind's reply the plans of the shapes filtered lately are brought up to
+    date, on the event loop before its next request: the next filter of the shape finds
+    its answer made."""
+    service = ext.built.service
+    refreshed = service.cycle.refresh
+    calls: list[int] = []
+
+    def refresh() -> int:
+        calls.append(refreshed())
+        return calls[-1]
+
+    service.cycle.refresh = refresh  # type: ignore[method-assign]
+    for i in range(4):  # every GPU of n-spot taken by a 20 GiB pod
+        pod = gpu_pod(f"p{i}", memory="20Gi")
+        assert ext.post("filter", ext.schedule_args(pod, ["n-spot"])).json()["NodeNames"]
+        bind = {"PodName": f"p{i}", "PodNamespace": "ml", "PodUID": pod["metadata"]["uid"]}
+        assert ext.post("bind", {**bind, "Node": "n-spot"}).json() == {"Error": ""}
+    last = ext.post("filter", ext.schedule_args(gpu_pod("p4", memory="20Gi"), ["n-spot", "n-od"]))
+    assert last.json()["NodeNames"] == ["n-od"]
+    assert len(calls) == 4 and all(n >= 1 for n in calls)

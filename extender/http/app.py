@@ -1,7 +1,8 @@
 """HTTP edge: the app, its routers, and the errors no route family maps itself.
 
 Route families, each with one error mapping: kube-scheduler's verbs
-(``extender.http.scheduler``, ``{"Error": ...}``), the writers' routes
+(``extender.http.scheduler``, ``{"Error": ...}``, handed over by ``Edge`` without
+FastAPI's router: they are called twice per pod), the writers' routes
 (``extender.http.agents``, ``{"detail": ...}``), the read-only audit API
 (``extender.http.audit``), the admission webhook (``extender.http.webhook``), and
 health and metrics (``extender.http.health``). Request bodies are documented in the
@@ -19,6 +20,7 @@ from typing import Any, Literal
 
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import Response
+from fastapi.telemetry import TelemetryConfig
 
 from extender import __version__
 from extender.codec import Codec
@@ -26,13 +28,13 @@ from extender.core.allocation import LedgerUnavailable
 from extender.http.agents import agents_router
 from extender.http.audit import audit_router
 from extender.http.auth import Authenticator, TokenFile, bearer
-from extender.http.bodies import BodyTooLarge, Schemas
+from extender.http.bodies import JSON, BodyTooLarge, Schemas
 from extender.http.bounds import Invalid
 from extender.http.edge import BodyBudget, Edge, EdgePolicy, route_limits
 from extender.http.health import health_router
 from extender.http.nodes import nodes_router
 from extender.http.page import page_router
-from extender.http.scheduler import Limits, scheduler_error, scheduler_router
+from extender.http.scheduler import SchedulerVerbs, openapi_paths, scheduler_error
 from extender.http.webhook import WebhookPolicy, webhook_router
 from extender.scheduling.config import BIND_WORKERS
 from extender.scheduling.service import SchedulingService
@@ -60,7 +62,10 @@ def create_app(
     ready: Callable[[], bool] = lambda: True,
     webhook: WebhookPolicy | None = None,
 ) -> FastAPI:
-    app = FastAPI(title="headroom extender", version=__version__)
+    # FastAPI's native OpenTelemetry asks the global providers on every request whether
+    # one is configured; nothing in this process configures one (metrics: /metrics)
+    off = TelemetryConfig(tracing=False, metrics=False, logs=False)
+    app = FastAPI(title="headroom extender", version=__version__, telemetry=off)
     writers = auth or Authenticator(agent_token, None, allow_unauthenticated_reports)
     schemas = Schemas()
     for kind in SHARED_ERRORS:
@@ -77,7 +82,6 @@ def create_app(
         scheduler_token=shared.matches if shared is not None else None,
         audit_token=audit_token.matches if audit_token is not None else None,
     )
-    app.add_middleware(Edge, policy=app.state.edge)
 
     async def refresh_plans() -> None:
         """After a report or a bind is answered, on the event loop (plans are used from
@@ -88,9 +92,10 @@ def create_app(
             log.exception("refreshing plans failed")
 
     bind_pool = ThreadPoolExecutor(max_workers=BIND_WORKERS, thread_name_prefix="bind")
-    verbs = Limits(max_body_bytes, max_nodes, max_bind_body_bytes, max_preempt_body_bytes)
     codec = Codec(service.node_changed)  # candidate lists decoded once, then known by bytes
     app.state.codec = codec  # where the edge keeps it (tests look at what it has read)
+    verbs = SchedulerVerbs(service, codec, max_nodes, bind_pool, refresh_plans)
+    app.add_middleware(Edge, policy=app.state.edge, verbs=verbs)
 
     def learn(node: str) -> None:
         """A reported node's name read ahead of the lists (``Codec.learn``), and the id
@@ -101,7 +106,6 @@ def create_app(
 
     app.state.learn = learn  # what the report route calls (the warm-up's nodes too)
     app.include_router(webhook_router(webhook or WebhookPolicy()))
-    app.include_router(scheduler_router(service, codec, verbs, bind_pool, refresh_plans, schemas))
     app.include_router(agents_router(service, writers, refresh_plans, schemas, learn))
     app.include_router(
         audit_router(lambda: service.ledger, service.clock),
@@ -115,7 +119,8 @@ def create_app(
 
 
 async def _shared_error(_: Request, e: Exception) -> Response:
-    return scheduler_error(e)
+    status, body = scheduler_error(e)
+    return Response(body, status_code=status, media_type=JSON)
 
 
 def _reader(audit_token: TokenFile | None) -> Callable[[Request], None]:
@@ -134,12 +139,14 @@ def _reader(audit_token: TokenFile | None) -> Callable[[Request], None]:
 
 
 def _document(app: FastAPI, schemas: Schemas) -> None:
-    """FastAPI's schema plus the wire types referenced by the raw-body routes."""
+    """FastAPI's schema plus the scheduler verbs (served by ``Edge``, not FastAPI's
+    router) and the wire types the raw-body routes reference."""
     made = app.openapi
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             schema = made()
+            schema.setdefault("paths", {}).update(openapi_paths(schemas))
             schema.setdefault("components", {}).setdefault("schemas", {}).update(schemas.components)
             app.openapi_schema = schema
         return app.openapi_schema

@@ -28,6 +28,7 @@ the rest (FastAPI's), and closes the connection when the body was not read.
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import json
 import logging
@@ -184,10 +185,14 @@ def _local(scope: dict[str, Any]) -> bool:
     client) or on a Unix socket: local too. (uvicorn runs without proxy headers, so a
     TCP peer's address is its socket's.)"""
     client = scope.get("client")
-    if not client:
-        return True
+    return not client or _loopback(client[0])
+
+
+@functools.lru_cache(maxsize=1024)
+def _loopback(host: str) -> bool:
+    """Parsed once per peer address: kube-scheduler's is the same on every call."""
     try:
-        ip = ipaddress.ip_address(client[0])
+        ip = ipaddress.ip_address(host)
     except ValueError:
         return True
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
@@ -214,10 +219,12 @@ def _declared(scope: dict[str, Any]) -> int | None:
 class Edge:
     """Pure ASGI (no per-request task on the scheduler verbs' hot path). Added with
     ``app.add_middleware`` so it sits inside Starlette's error middleware: a ``Refusal``
-    raised from ``receive`` in a route comes back here and is answered."""
+    raised from ``receive`` in a route comes back here and is answered. The scheduler
+    verbs go from here straight to ``verbs`` (``extender.http.scheduler``); every other
+    path to the app's router."""
 
-    def __init__(self, app: Any, policy: EdgePolicy) -> None:
-        self.app, self.policy = app, policy
+    def __init__(self, app: Any, policy: EdgePolicy, verbs: Any) -> None:
+        self.app, self.policy, self.verbs = app, policy, verbs
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -276,8 +283,9 @@ class Edge:
                     message = {**message, "headers": [*message.get("headers", ()), _CLOSE]}
             await send(message)
 
+        target = self.verbs if fam == "scheduler" else self.app
         try:
-            await self.app(scope, guarded_receive, tracking_send)
+            await target(scope, guarded_receive, tracking_send)
         except Refusal as e:
             if not state["started"]:  # else the response is half out: uvicorn closes it
                 await _answer(send, fam, e, close=True)

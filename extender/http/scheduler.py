@@ -1,6 +1,12 @@
 """kube-scheduler's verbs: filter, prioritize, bind, preempt.
 
-Each route reads the raw body (a 5,000-node NodeList is tens of MB and must not go
+One pure ASGI app (``SchedulerVerbs``) that ``Edge`` hands these four paths to once its
+gate and body limits have passed them: kube-scheduler calls two of them for every pod
+it places, and FastAPI's routing, dependency solving, request and response objects and
+send wrappers cost more CPU per pod than the filter itself (docs/BENCHMARKS.md, "Ninth
+measurement"). FastAPI still documents them (``openapi_paths``).
+
+Each verb reads the raw body (a 5,000-node NodeList is tens of MB and must not go
 through a generic JSON-to-dict path), decodes it (the codec for filter and prioritize,
 msgspec for the others), checks its bounds before the service is called (a refused
 request changes nothing), calls the service once and encodes the answer. Their errors
@@ -13,21 +19,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
-from fastapi import APIRouter, Request
-from fastapi.responses import Response
-from fastapi.routing import APIRoute
-from starlette.background import BackgroundTask
 
 from extender.codec import Codec
 from extender.core.allocation import LedgerUnavailable
 from extender.core.runtime import collect_due
-from extender.http.bodies import JSON, BodyTooLarge, Schemas, read_body
+from extender.http.bodies import JSON, BodyTooLarge, Schemas
 from extender.http.bounds import Invalid, check_args, check_binding, check_preemption, safe_decode
 from extender.ledger.metrics import SCHEDULING
 from extender.scheduling.service import SchedulingService
@@ -52,12 +53,14 @@ WARM_UP = "headroom.warm_up"
 # one line per window, not one per refused bind, while the ledger is down
 ledger_down_log = RateLimitedLog(log, every_s=10.0)
 
-
-def error(status: int, message: str) -> Response:
-    return Response(encoder.encode({"Error": message}), status_code=status, media_type=JSON)
+Reply = tuple[int, bytes]  # status, JSON body
 
 
-def scheduler_error(e: Exception) -> Response:
+def error(status: int, message: str) -> Reply:
+    return status, encoder.encode({"Error": message})
+
+
+def scheduler_error(e: Exception) -> Reply:
     """The scheduler verbs' one error mapping; anything else is a bug (a 500)."""
     if isinstance(e, BodyTooLarge):
         return error(413, str(e))
@@ -88,108 +91,128 @@ MAPPED = (
 )
 
 
-class SchedulerRoute(APIRoute):
-    """A route whose errors go through ``scheduler_error``."""
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handler = super().get_route_handler()
-        latency = SCHEDULING.request_seconds.labels(verb=self.path.strip("/"))
-
-        async def handle(request: Request) -> Response:
-            started = time.perf_counter()
-            try:
-                return await handler(request)
-            except MAPPED as e:
-                return scheduler_error(e)
-            finally:
-                if WARM_UP not in request.scope:
-                    latency.observe(time.perf_counter() - started)
-
-        return handle
+class ClientGone(Exception):
+    """The caller disconnected before its whole body arrived: nobody to answer."""
 
 
-@dataclass(frozen=True)
-class Limits:
-    max_body_bytes: int
-    max_nodes: int
-    max_bind_body_bytes: int
-    max_preempt_body_bytes: int
+class SchedulerVerbs:
+    """The four verbs as one ASGI app; ``Edge`` calls it for ``SCHEDULER_VERBS`` only."""
 
+    def __init__(
+        self,
+        service: SchedulingService,
+        codec: Codec,
+        max_nodes: int,
+        bind_pool: ThreadPoolExecutor,
+        refresh: Callable[[], Awaitable[None]],
+    ) -> None:
+        self.service, self.codec, self.max_nodes = service, codec, max_nodes
+        self.bind_pool, self.refresh = bind_pool, refresh
+        self.routes: dict[str, Callable[[bytes], Awaitable[bytes]]] = {
+            "/filter": self.filter,
+            "/prioritize": self.prioritize,
+            "/bind": self.bind,
+            "/preempt": self.preempt,
+        }
+        self.latency = {p: SCHEDULING.request_seconds.labels(verb=p[1:]) for p in self.routes}
 
-def scheduler_router(
-    service: SchedulingService,
-    codec: Codec,
-    limits: Limits,
-    bind_pool: ThreadPoolExecutor,
-    refresh: Callable[[], Awaitable[None]],
-    schemas: Schemas,
-) -> APIRouter:
-    router = APIRouter(route_class=SchedulerRoute)
-
-    def decoded(body: bytes) -> ExtenderArgs:
-        """The arguments, their bounds checked before any Node object is applied."""
-        args = codec.decode_args(body)
-        check_args(args, limits.max_nodes)
-        return codec.named(args)
-
-    @router.post(
-        "/filter",
-        summary="kube-scheduler extender filter",
-        openapi_extra=schemas.body(ExtenderArgs),
-        responses=schemas.reply(ExtenderFilterResult),
-    )
-    async def filter_(request: Request) -> Response:
-        body = await read_body(request, limits.max_body_bytes)
-        result, passing = service.filter(decoded(body))
-        return Response(codec.encode_filter(result, passing), media_type=JSON)
-
-    @router.post(
-        "/prioritize",
-        summary="kube-scheduler extender prioritize",
-        openapi_extra=schemas.body(ExtenderArgs),
-        responses=schemas.reply(list[HostPriority]),
-    )
-    async def prioritize(request: Request) -> Response:
-        body = await read_body(request, limits.max_body_bytes)
-        answer = service.prioritize(decoded(body))
-        return Response(codec.encode_priorities(answer), media_type=JSON)
-
-    def bind_sync(body: bytes) -> Response:
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        path = scope["path"]
+        verb = self.routes[path]
+        if scope["method"] != "POST":
+            await respond(send, *error(405, f"{path} takes POST"), [(b"allow", b"POST")])
+            return
+        started = time.perf_counter()
         try:
-            args = safe_decode(binding_decoder, body)
-            check_binding(args)
-            result = service.bind(args)
+            status, body = 200, await verb(await read(receive))
+        except ClientGone:
+            return
         except MAPPED as e:
-            return scheduler_error(e)
-        collect_due()  # a bind leaves objects alive: collected here, not in a filter
-        return Response(encoder.encode(result), media_type=JSON)
+            status, body = scheduler_error(e)
+        if WARM_UP not in scope:
+            self.latency[path].observe(time.perf_counter() - started)
+        await respond(send, status, body)
+        if path == "/bind":
+            await self.refresh()  # the bound node changed: plans brought up to date
 
-    @router.post(
-        "/bind",
-        summary="kube-scheduler extender bind",
-        openapi_extra=schemas.body(ExtenderBindingArgs),
-        responses=schemas.reply(ExtenderBindingResult),
-    )
-    async def bind(request: Request) -> Response:
+    def decoded(self, body: bytes) -> ExtenderArgs:
+        """The arguments, their bounds checked before any Node object is applied."""
+        args = self.codec.decode_args(body)
+        check_args(args, self.max_nodes)
+        return self.codec.named(args)
+
+    async def filter(self, body: bytes) -> bytes:
+        result, passing = self.service.filter(self.decoded(body))
+        return self.codec.encode_filter(result, passing)
+
+    async def prioritize(self, body: bytes) -> bytes:
+        return self.codec.encode_priorities(self.service.prioritize(self.decoded(body)))
+
+    async def bind(self, body: bytes) -> bytes:
         # the ledger write and the API call block: run them off the event loop, in binds'
         # own threads, so binds stuck on a slow database never starve other routes
-        body = await read_body(request, limits.max_bind_body_bytes)
-        loop = asyncio.get_running_loop()
-        response = await loop.run_in_executor(bind_pool, bind_sync, body)
-        response.background = BackgroundTask(refresh)  # the bound node changed
-        return response
+        return await asyncio.get_running_loop().run_in_executor(
+            self.bind_pool, self.bind_sync, body
+        )
 
-    @router.post(
-        "/preempt",
-        summary="kube-scheduler extender preempt",
-        openapi_extra=schemas.body(ExtenderPreemptionArgs),
-        responses=schemas.reply(ExtenderPreemptionResult),
-    )
-    async def preempt(request: Request) -> Response:
-        body = await read_body(request, limits.max_preempt_body_bytes)
+    def bind_sync(self, body: bytes) -> bytes:
+        args = safe_decode(binding_decoder, body)
+        check_binding(args)
+        result = self.service.bind(args)
+        collect_due()  # a bind leaves objects alive: collected here, not in a filter
+        return encoder.encode(result)
+
+    async def preempt(self, body: bytes) -> bytes:
         args = safe_decode(preemption_decoder, body)
-        check_preemption(args, limits.max_nodes)
-        result = service.preempt(args)
-        return Response(encoder.encode(result), media_type=JSON)
+        check_preemption(args, self.max_nodes)
+        return encoder.encode(self.service.preempt(args))
 
-    return router
+
+async def read(receive: Any) -> bytes:
+    """The whole body: ``Edge``'s ``receive`` refuses one past the path's limit."""
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientGone
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+async def respond(
+    send: Any, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    start = [(b"content-type", JSON.encode()), (b"content-length", str(len(body)).encode())]
+    await send(
+        {"type": "http.response.start", "status": status, "headers": start + (headers or [])}
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+VERBS = (  # path, summary, request body, reply: for the OpenAPI
+    ("/filter", "kube-scheduler extender filter", ExtenderArgs, ExtenderFilterResult),
+    ("/prioritize", "kube-scheduler extender prioritize", ExtenderArgs, list[HostPriority]),
+    ("/bind", "kube-scheduler extender bind", ExtenderBindingArgs, ExtenderBindingResult),
+    (
+        "/preempt",
+        "kube-scheduler extender preempt",
+        ExtenderPreemptionArgs,
+        ExtenderPreemptionResult,
+    ),
+)
+
+
+def openapi_paths(schemas: Schemas) -> dict[str, Any]:
+    """The verbs' OpenAPI path items: their bodies and replies are the wire types."""
+    return {
+        path: {
+            "post": {
+                "summary": summary,
+                "operationId": path.strip("/"),
+                **schemas.body(args),
+                "responses": {str(k): v for k, v in schemas.reply(reply).items()},
+            }
+        }
+        for path, summary, args, reply in VERBS
+    }

@@ -3,7 +3,8 @@ first filter kube-scheduler sends after a start or a failover does not pay for w
 process does only once.
 
 Profiled (docs/BENCHMARKS.md, "Cold start"), the first filter paid, beyond what later
-ones do: FastAPI reading each endpoint's source file on the endpoint's first call, NumPy's
+ones do: Starlette building the app's middleware stack on its first request (and, before
+the verbs bypassed FastAPI's router, FastAPI reading each endpoint's source file), NumPy's
 first calls of the decoding and FGD kernels, and the heap's first growth to a request's
 working set. None of that is state; all of it belongs to the process.
 
@@ -11,7 +12,7 @@ Three steps, none changing anything a user sees (the service's inventory, worklo
 plans, codec, ledger, metrics; ``tests/test_warmup.py`` checks):
 
 1. the real app's ``/filter`` and ``/prioritize`` are called with an empty body: through
-   the very route handlers kube-scheduler will call (FastAPI's per-endpoint work is done),
+   the very middleware and handlers kube-scheduler will call (the stack is built),
    refused with a 400 before anything is decoded;
 2. a scratch app (``create_app`` over a scratch ``SchedulingService``: the same policy,
    config and clock, an empty inventory pricing alike, the ledger object never written)

@@ -175,7 +175,10 @@ class SqlLedger:
             op, lambda tx: allocations.transition(tx, statement, params, kind, at, extra)
         )
         if changed:
-            log.info(
+            # a successful bind is the decision line's expected sequel (a failed one is
+            # logged by the bind): at INFO it would double the log lines per pod
+            log.log(
+                logging.DEBUG if kind == EventKind.BOUND else logging.INFO,
                 "allocation %s",
                 kind.value,
                 extra={"event": f"ledger.{kind.value}", "pod_uid": pod_uid, "rows": changed},
