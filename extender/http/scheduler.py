@@ -108,11 +108,9 @@ class SchedulerVerbs:
     ) -> None:
         self.service, self.codec, self.max_nodes = service, codec, max_nodes
         self.bind_pool, self.refresh = bind_pool, refresh
+        # each path of ``VERBS`` answered by the method of its name
         self.routes: dict[str, Callable[[bytes], Awaitable[bytes]]] = {
-            "/filter": self.filter,
-            "/prioritize": self.prioritize,
-            "/bind": self.bind,
-            "/preempt": self.preempt,
+            path: getattr(self, path.strip("/")) for path, *_ in VERBS
         }
         self.latency = {p: SCHEDULING.request_seconds.labels(verb=p[1:]) for p in self.routes}
 
@@ -190,7 +188,7 @@ async def respond(
     await send({"type": "http.response.body", "body": body})
 
 
-VERBS = (  # path, summary, request body, reply: for the OpenAPI
+VERBS = (  # path, summary, request body, reply: the routes and their OpenAPI
     ("/filter", "kube-scheduler extender filter", ExtenderArgs, ExtenderFilterResult),
     ("/prioritize", "kube-scheduler extender prioritize", ExtenderArgs, list[HostPriority]),
     ("/bind", "kube-scheduler extender bind", ExtenderBindingArgs, ExtenderBindingResult),
