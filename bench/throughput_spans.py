@@ -244,6 +244,10 @@ def install() -> None:
     Deadline.call = deadline_call  # type: ignore[method-assign]
     for op in ("record_decision", "mark_bound", "fail_bind"):
         setattr(SqlLedger, op, timed(f"ledger {op} (in the ledger thread)", getattr(SqlLedger, op)))
+    # the bound status queued to ride in the next transaction (ledger/group.py)
+    SqlLedger.mark_bound_later = timed(  # type: ignore[method-assign]
+        "ledger mark_bound_later (bind thread, not waited for)", SqlLedger.mark_bound_later
+    )
     for op in [n for n in vars(SqlLedger) if not n.startswith("_")]:
         if callable(getattr(SqlLedger, op)):
             setattr(SqlLedger, op, _ledger_op(op, getattr(SqlLedger, op)))

@@ -18,6 +18,9 @@ class Settings(BaseSettings):
     # wait of a pod's second bind for its first: both below kube-scheduler's 5 s extender
     # httpTimeout, so a bind answers an Error before the scheduler gives up on it
     ledger_timeout: float = Field(3.0, gt=0, le=60)
+    # a bind's bound status waits at most this long for another write's transaction to
+    # ride in before the ledger's flusher commits it alone (extender/ledger/group.py)
+    ledger_ride_s: float = Field(0.05, ge=0, le=60)
     bind_wait: float = Field(4.0, gt=0, le=60)
     policy: str = "headroom"
     # filter passes only fitting nodes within epsilon of the best blended score, so the

@@ -60,7 +60,9 @@ def build(settings: Settings, clock: Clock | None = None, binder: Binder | None 
     if settings.kubeconfig or settings.in_cluster:
         api = api_client(settings.kubeconfig)
         binder = binder or KubeBinder(api)
-    ledger = open_ledger(settings.db, clock, timeout_s=settings.ledger_timeout)
+    ledger = open_ledger(
+        settings.db, clock, timeout_s=settings.ledger_timeout, ride_s=settings.ledger_ride_s
+    )
     inventory = Inventory(load_pricebook(settings.price_file, settings.spot_discount))
     config = ServiceConfig(
         stale_after=settings.stale_after,
@@ -229,6 +231,17 @@ async def serve(built: Built, settings: Settings) -> None:
         stop.set()
         if built.sync is not None:
             built.sync.close()
+        _flush_ledger(built)
+
+
+def _flush_ledger(built: Built, wait_s: float = 5.0) -> None:
+    """The bound statuses still riding (ledger/group.py) made durable before the process
+    exits; a database that does not answer gets ``wait_s``, then the pods' starts set them."""
+    flushing = threading.Thread(target=built.service.ledger.flush, name="ledger-flush", daemon=True)
+    flushing.start()
+    flushing.join(wait_s)
+    if flushing.is_alive():
+        log.warning("ledger did not answer at shutdown: bound statuses left to the pods' starts")
 
 
 async def _serve_tls(

@@ -155,6 +155,7 @@ def test_a_wait_past_the_timeout_is_a_discrepancy_and_frees_the_node(tmp_path: P
         assert found["kind"] == "unacknowledged" and found["pod_uid"] == "uid-a"
         assert "ml/a" in found["detail"] and "20s" in found["detail"]
         # the grant stays held and billed as bound: the pod may still start
+        ext.built.service.ledger.flush()
         (row,) = ext.built.service.ledger.for_pod("uid-a")
         assert row.status is Status.BOUND and row.ended_at is None
         assert filtered(ext, b, ["n1"])["NodeNames"] == ["n1"]

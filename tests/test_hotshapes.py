@@ -146,6 +146,23 @@ def test_only_shapes_filtered_lately_are_refreshed(
     assert ask.filter("late", NODES)[0] == ask.fresh("filter", "late", NODES)
 
 
+def test_a_widest_plan_its_shapes_filters_no_longer_ask_for_is_left_alone(
+    svc: SchedulingService,
+) -> None:
+    """kube-scheduler's lists shrink as nodes fill: once the shape's latest filter came
+    with another list, the shape's widest plan is not refreshed; a filter that asks for
+    it again patches it itself, with the answer a fresh evaluation gives."""
+    ask = Asker(svc)
+    ask.filter("p0", NODES)  # the shape's widest plan
+    ask.filter("p1", NODES[1:])  # the next pod's list lacks a node: not that plan
+    report_used(svc, NODES[5], 2048)
+    assert svc.refresh() == 0
+    reply, _ = ask.filter("p2", NODES)  # asked for again: patched by this filter
+    assert reply == ask.fresh("filter", "p2", NODES)
+    report_used(svc, NODES[6], 4096)
+    assert svc.refresh() == 1  # its shape's latest filter asked for it
+
+
 def test_hot_shapes_keep_the_latest_within_the_window() -> None:
     hot = HotShapes(limit=2, window=10)
     a, b, c = (GpuDemand(1, m) for m in (1024, 2048, 4096))

@@ -82,7 +82,10 @@ def test_bind_records_the_decision_and_annotates(ext: Extender) -> None:
         "bind", {"PodName": "p5", "PodNamespace": "ml", "PodUID": "uid-p5", "Node": "n-od"}
     )
     assert r.json() == {"Error": ""}
-    rows = ext.built.service.ledger.for_pod("uid-p5")
+    ledger = ext.built.service.ledger
+    assert len(ledger.for_pod("uid-p5")) == 2  # the decision is durable before the answer
+    ledger.flush()  # the bound status rides in a later transaction (ledger/group.py)
+    rows = ledger.for_pod("uid-p5")
     assert len(rows) == 2 and {a.status for a in rows} == {Status.BOUND}
     assert {a.grant.memory_mib for a in rows} == {10240}
     assert all(

@@ -149,9 +149,9 @@ class SchedulerVerbs:
     async def bind(self, body: bytes) -> bytes:
         # the ledger write and the API call block: run them off the event loop, in binds'
         # own threads, so binds stuck on a slow database never starve other routes
-        return await asyncio.get_running_loop().run_in_executor(
-            self.bind_pool, self.bind_sync, body
-        )
+        # (what run_in_executor does, less its check that bind_sync is no coroutine
+        # function: inspect's, 1.7 % of the loop's samples)
+        return await asyncio.wrap_future(self.bind_pool.submit(self.bind_sync, body))
 
     def bind_sync(self, body: bytes) -> bytes:
         args = safe_decode(binding_decoder, body)

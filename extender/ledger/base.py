@@ -39,6 +39,18 @@ class Ledger(Protocol):
         """RESERVED -> BOUND for the pod's rows, plus a ``bound`` event."""
         ...
 
+    def mark_bound_later(self, pod_uid: str, at: float) -> None:
+        """``mark_bound``, returning at once: durable with the next write transaction,
+        or the ledger's ``ride_s`` (50 ms) later when none comes. The bind path's: the pod's
+        decision is already durable, and a RESERVED row bills exactly as a BOUND one
+        (from ``decided_at``); a status that never lands is corrected when the pod
+        starts (``mark_started`` moves RESERVED rows too)."""
+        ...
+
+    def flush(self) -> None:
+        """Wait until every ``mark_bound_later`` so far is durable (or failed)."""
+        ...
+
     def fail_bind(self, pod_uid: str, at: float, error: str) -> None:
         """RESERVED -> FAILED (ended, never charged), plus a ``bind-failed`` event."""
         ...

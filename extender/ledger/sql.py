@@ -39,10 +39,11 @@ from extender.core.allocation import (
 )
 from extender.core.received import Held, Receipt
 from extender.ledger import acks, allocations, discrepancies, nodes, receipts, trail
-from extender.ledger.chain import GENESIS, verify
+from extender.ledger.chain import verify
 from extender.ledger.dialect import Cursor, Dialect, Hooks, NullHooks, UniqueConflict
 from extender.ledger.discrepancies import DISCREPANCY_GAP_S
-from extender.ledger.group import GroupCommit
+from extender.ledger.group import RIDE_GRACE_S, GroupCommit
+from extender.ledger.migrate import migrate
 from extender.ledger.named import Shape, fetch_all, stream
 from extender.ledger.records import (
     AllocationFilter,
@@ -54,7 +55,6 @@ from extender.ledger.records import (
 )
 from extender.ledger.replay import Replay, check_allocations, check_periods
 from extender.ledger.rollup import MAX_GAP_S
-from extender.ledger.schema import MIGRATIONS, MIGRATIONS_TABLE, render
 from extender.ledger.trail import Tx
 
 __all__ = ["Cursor", "Dialect", "Hooks", "NullHooks", "SqlLedger", "UniqueConflict"]
@@ -72,14 +72,15 @@ class SqlLedger:
         hooks: Hooks | None = None,
         max_gap_s: float = MAX_GAP_S,
         discrepancy_gap_s: float = DISCREPANCY_GAP_S,
+        ride_s: float = RIDE_GRACE_S,
     ) -> None:
         self.dialect = dialect
         self.hooks: Hooks = hooks or NullHooks()
         self.max_gap_s = max_gap_s
         self.discrepancy_gap_s = discrepancy_gap_s
         # the scheduling path's writes (decisions, status changes) share transactions
-        self._group = GroupCommit(lambda ops: self._write(*ops))
-        self._migrate()
+        self._group = GroupCommit(lambda ops: self._write(*ops), grace=ride_s)
+        migrate(dialect)
 
     # ---- plumbing -------------------------------------------------------------------
     @contextmanager
@@ -98,37 +99,8 @@ class SqlLedger:
         with self.dialect.read() as conn:
             return fetch_all(conn.execute(self.dialect.sql(statement), tuple(params)), shape)
 
-    def _migrate(self) -> None:
-        types = self.dialect.types
-        with self.dialect.migrate() as conn:
-            tx = Tx(conn, self.dialect)
-            tx.execute(render(MIGRATIONS_TABLE, types))
-            applied = tx.execute("SELECT version FROM schema_migrations").fetchall()
-            done = {int(v) for (v,) in applied}
-            for m in MIGRATIONS:
-                if m.version in done:
-                    continue
-                for statement in m.for_dialect(self.dialect.name):
-                    tx.execute(render(statement, types))
-                if m.version == 1:
-                    tx.execute(trail.INSERT_HEAD, (GENESIS,))
-                if m.version == 3:
-                    nodes.attest_existing(tx, time.time())
-                tx.execute(
-                    "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
-                    (m.version, m.name, time.time()),
-                )
-                tx.flush_head()
-                log.info(
-                    "ledger schema migrated",
-                    extra={
-                        "event": "ledger.migrated",
-                        "version": m.version,
-                        "dialect": self.dialect.name,
-                    },
-                )
-
     def close(self) -> None:
+        self._group.close()  # the riders still waiting are committed first
         self.dialect.close()
 
     # ---- lifecycle writes -----------------------------------------------------------
@@ -189,6 +161,17 @@ class SqlLedger:
         self._transition(
             "mark_bound", allocations.MARK_BOUND, (at, pod_uid), EventKind.BOUND, at, pod_uid, {}
         )
+
+    def mark_bound_later(self, pod_uid: str, at: float) -> None:
+        statement, params = allocations.MARK_BOUND, (at, pod_uid)
+        self._group.later(
+            "mark_bound",
+            lambda tx: allocations.transition(tx, statement, params, EventKind.BOUND, at, {}),
+            pod_uid,
+        )
+
+    def flush(self) -> None:
+        self._group.flush()
 
     def fail_bind(self, pod_uid: str, at: float, error: str) -> None:
         self._transition(

@@ -145,8 +145,8 @@ class Binding:
             return ExtenderBindingResult(Error=f"pod already holds GPUs on node {existing[0].node}")
         result = self._bind_only(args, grant_annotations(existing))
         if not result.Error:
-            with contextlib.suppress(Exception):
-                self._in_time(self.ledger.mark_bound, args.PodUID, self.clock.now())
+            with contextlib.suppress(Exception):  # a closed ledger: the pod's start marks it
+                self.ledger.mark_bound_later(args.PodUID, self.clock.now())
         return result
 
     def _settle(self, uid: str) -> str:
@@ -270,14 +270,15 @@ class Binding:
 
     def _mark(self, uid: str, grants: list[Grant], error: str) -> None:
         """The bind's outcome into the ledger row; a failed bind frees its reservation
-        once the row says so (until then its memory stays held: settled later)."""
+        once the row says so (until then its memory stays held: settled later). A
+        bound one is not waited for: its row, already durable, bills the same."""
         now = self.clock.now()
         try:
             if error:
                 self._in_time(self.ledger.fail_bind, uid, now, error)
                 self.inventory.release(uid, only=grants)
             else:
-                self._in_time(self.ledger.mark_bound, uid, now)
+                self.ledger.mark_bound_later(uid, now)
         except Exception as e:
             if error:
                 self._unsettled[uid] = getattr(e, "pending", None)

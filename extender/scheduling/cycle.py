@@ -122,14 +122,21 @@ class Cycle:
 
     def refresh(self) -> int:
         """Brings the widest plan of each shape filtered lately up to date and makes its
-        filter answer; returns the plans refreshed."""
+        filter answer, if that shape's latest filter asked for it (``Plans.parent``);
+        returns the plans refreshed."""
         now, done = self.clock.now(), 0
         for demand in self.hot.recent(now):
             shape, evaluate = self._shape(demand, now)
             parent = self.plans.parent(
-                shape, now, self.inventory.seq, self._changed, evaluate, self.config.stale_after
+                shape,
+                now,
+                self.inventory.seq,
+                self._changed,
+                evaluate,
+                self.config.stale_after,
+                asked=True,
             )
-            if parent is None:  # none, or it must be rebuilt: the next filter does
+            if parent is None:  # none, not asked for, or to be rebuilt: the next filter does
                 continue
             reply = self._filter_reply(parent, demand, self.config.decide)
             if not self.config.decide:  # a decided pod's filter passes one node: no scores

@@ -12,7 +12,8 @@ next pod of such a shape finds its answer made. A bind changes its node the same
 pod's filter is on its way: the patch is made then too, unless that filter is first.
 Replicas of one shape in a row are the common case; ``limit`` bounds the work a report
 adds (a shape costs ~0.1-0.3 ms per report at 5,000 nodes), and a shape not scheduled
-lately costs nothing.
+lately costs nothing, nor does one whose latest filter came with another candidate list
+than its widest plan's (``Plans.parent``: a backlog draining as nodes fill).
 """
 
 from __future__ import annotations

@@ -70,6 +70,8 @@ class Plan:
     rows: Ints  # see Outcome
     layout: int
     replies: Replies = field(default_factory=Replies)
+    # a shape's widest plan: whether its shape's latest filter asked for it (see parent)
+    asked: bool = True
 
     @staticmethod
     def of(names: Sequence[str], seq: int, outcome: Outcome, stale_after: float) -> Plan:
@@ -118,6 +120,9 @@ class Plans:
             self._plans.move_to_end(key)
             if not self._current(plan, now, seq, changed, evaluate, stale_after):
                 plan = self._plans[key] = self._evaluated(names, shape, seq, evaluate, stale_after)
+        parent = self._last.get(shape)
+        if parent is not None:
+            parent.asked = parent is plan
         return plan
 
     def parent(
@@ -128,11 +133,20 @@ class Plans:
         changed: Changed,
         evaluate: Evaluate,
         stale_after: float,
+        asked: bool = False,
     ) -> Plan | None:
         """The shape's widest plan, brought up to date (``hotshapes``: refreshed after a
-        report or a bind, off the cycle); None if there is none or it must be rebuilt."""
+        report or a bind, off the cycle); None if there is none or it must be rebuilt.
+
+        ``asked``: None too unless the shape's latest filter asked for it. A draining
+        backlog's lists shrink as nodes fill, so its widest plan is never asked for
+        again; refreshing it after every bind was 13 % of the event loop's samples in
+        bench/throughput.py, for answers nothing read. A filter that asks for it again
+        patches it itself."""
         parent = self._last.get(shape)
-        if parent is None or not self._current(parent, now, seq, changed, evaluate, stale_after):
+        if parent is None or (asked and not parent.asked):
+            return None
+        if not self._current(parent, now, seq, changed, evaluate, stale_after):
             return None
         self._last.move_to_end(shape)
         return parent

@@ -65,6 +65,19 @@ def wait_bound(core: k8s.CoreV1Api, ns: str, name: str, timeout: float = 45) -> 
     raise AssertionError(f"pod {ns}/{name} not bound in {timeout}s: {pod.status}")
 
 
+def bound_rows(headroom: Headroom, uid: str, timeout: float = 10) -> list[dict[str, Any]]:
+    """The pod's ledger rows once they say bound (or as they are at ``timeout``): the
+    decision is durable before the Binding, and the bound status rides in the ledger's
+    next transaction after it (extender/ledger/group.py), so it may trail the pod's
+    nodeName by a moment."""
+    deadline = time.monotonic() + timeout
+    while True:
+        rows = headroom.allocations(pod=uid)
+        if (rows and all(r["status"] == "bound" for r in rows)) or time.monotonic() > deadline:
+            return rows
+        time.sleep(0.05)
+
+
 def wait_unschedulable(core: k8s.CoreV1Api, ns: str, name: str, timeout: float = 45) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -99,7 +112,7 @@ def test_gpu_pods_land_where_filter_allowed_and_ledger_matches(
         core.create_namespaced_pod(namespace, pod_body(name, memory))
     for name, memory in asks.items():
         pod = wait_bound(core, namespace, name)
-        rows = headroom.allocations(pod=uid_of(pod))
+        rows = bound_rows(headroom, uid_of(pod))
         assert len(rows) == 1, rows
         row = rows[0]
         assert row["node"] == node_of(pod) in (spot, od)

@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 
-import extender.ledger.sql as ledger_sql
+import extender.ledger.migrate as ledger_migrate
 from extender.ledger import open_ledger
 from extender.ledger.schema import MIGRATIONS
 from extender.wire.clock import ManualClock
@@ -164,7 +164,7 @@ def test_periods_written_before_migration_3_are_attested(
     ledger_target: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with monkeypatch.context() as m:
-        m.setattr(ledger_sql, "MIGRATIONS", MIGRATIONS[:2])  # before periods were chained
+        m.setattr(ledger_migrate, "MIGRATIONS", MIGRATIONS[:2])  # before periods were chained
         fill(ledger_target)
     assert verify(ledger_target) == (True, "")  # migration 3 attested both periods
     sql(ledger_target, "UPDATE node_periods SET gpu_price_per_hour = '0' WHERE id = 1")

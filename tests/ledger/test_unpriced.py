@@ -10,7 +10,7 @@ from decimal import Decimal
 
 import pytest
 
-import extender.ledger.sql as ledger_sql
+import extender.ledger.migrate as ledger_migrate
 from extender.ledger import open_ledger
 from extender.ledger.base import Ledger
 from extender.ledger.chargeback import chargeback_report
@@ -67,7 +67,7 @@ def test_a_v1_ledger_migrates_with_its_rows_and_chain(
     clock = ManualClock()
     t = clock.now()
     with monkeypatch.context() as m:
-        m.setattr(ledger_sql, "MIGRATIONS", MIGRATIONS[:1])  # the schema as first shipped
+        m.setattr(ledger_migrate, "MIGRATIONS", MIGRATIONS[:1])  # the schema as first shipped
         old = open_ledger(ledger_target, clock)
         old.record_node(NODE, GPUS, Decimal("4.00"), t)
         for uid in ("a", "b", "c"):

@@ -77,5 +77,6 @@ def state(built: Built) -> tuple[Any, ...]:
             for g in inv.grants_on_node(n)
         )
     )
+    built.service.ledger.flush()  # a bound status from an earlier bind may still ride
     rows = tuple(sorted((a.id, a.status, a.ended_at) for a in built.service.ledger.active()))
     return nodes, grants, rows

@@ -132,3 +132,31 @@ def test_sigkill_under_binds_loses_and_doubles_nothing(tmp_path: Path) -> None:
     finally:
         ledger.close()
         serve.stop()
+
+
+def test_sigterm_right_after_binds_leaves_every_bound_status_durable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bind's bound status rides in a later transaction (extender/ledger/group.py); a
+    clean shutdown commits the ones still waiting before the process exits."""
+    monkeypatch.setenv("HEADROOM_LEDGER_RIDE_S", "60")  # the flusher would wait: not exit
+    db = str(tmp_path / "ledger.db")
+    serve = ServeProc(tmp_path, db, ["--stale-after", "600", "--policy", "spread"])
+    serve.start()
+    uids = [f"t-{i}" for i in range(6)]
+    try:
+        for n in NODES:
+            serve.report(n)
+        with httpx.Client(base_url=serve.url, timeout=10) as c:
+            assert [bind_pod(c, uid) for uid in uids] == ["ok"] * len(uids)
+        serve.stop()  # SIGTERM at once, while the last status may still be riding
+        assert serve.proc is not None and serve.proc.returncode == 0, serve.log_tail()
+    finally:
+        serve.kill()
+    ledger = open_ledger(db, SystemClock())
+    try:
+        assert {uid: [a.status.value for a in ledger.for_pod(uid)] for uid in uids} == {
+            uid: ["bound"] for uid in uids
+        }
+    finally:
+        ledger.close()
