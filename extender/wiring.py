@@ -236,7 +236,9 @@ async def serve(built: Built, settings: Settings) -> None:
 
 def _flush_ledger(built: Built, wait_s: float = 5.0) -> None:
     """The bound statuses still riding (ledger/group.py) made durable before the process
-    exits; a database that does not answer gets ``wait_s``, then the pods' starts set them."""
+    exits; a database that does not answer gets ``wait_s``, then the pods' starts set them.
+    A daemon thread of its own, not ``Deadline``'s pool: the interpreter joins a pool's
+    threads at exit, so a call stuck on a frozen database would hold the process."""
     flushing = threading.Thread(target=built.service.ledger.flush, name="ledger-flush", daemon=True)
     flushing.start()
     flushing.join(wait_s)

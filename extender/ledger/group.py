@@ -152,8 +152,8 @@ class GroupCommit:
 
     def flush(self) -> None:
         """Return once the riders queued so far are committed (or failed, and logged):
-        shutdown, tests. Queued behind the batch that runs now, which may
-        carry some of them, then leading the rest."""
+        shutdown, tests. Queued behind the batch that runs now, which may carry some of
+        them, then leading the rest."""
         while True:
             self._queued(_Write("riders", None))
             with self._lock:

@@ -147,8 +147,9 @@ class SqlLedger:
             op, lambda tx: allocations.transition(tx, statement, params, kind, at, extra)
         )
         if changed:
-            # a successful bind is the decision line's expected sequel (a failed one is
-            # logged by the bind): at INFO it would double the log lines per pod
+            # a bound status is the decision line's expected sequel: at INFO it would
+            # double the log lines per pod (a DRA claim's, recorded bound at once; a
+            # bind's own rides in a later transaction, group.py, and logs nothing)
             log.log(
                 logging.DEBUG if kind == EventKind.BOUND else logging.INFO,
                 "allocation %s",
