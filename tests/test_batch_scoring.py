@@ -11,12 +11,13 @@ on-demand) and random demands and workload mixes.
 
 from __future__ import annotations
 
+import msgspec
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from extender.scoring import POLICIES, Context, Limits, evaluate, place, policy_by_name
-from extender.scoring.batch import GpuBatch
+from extender.scoring.batch import ROW_FIELDS, GpuBatch
 from extender.scoring.fit import fitting_gpus
 from extender.scoring.framework import evaluate_batch, evaluate_rows
 from extender.scoring.model import GpuView, NodeView
@@ -313,3 +314,75 @@ def test_rows_in_ascending_order_are_what_a_stable_sort_gives() -> None:
             assert got is None
         else:
             assert got is not None and got.tolist() == np.argsort(rows, kind="stable").tolist()
+
+
+# near-copies of a node, one column apart: ids that ignored a column would merge them
+VARIANTS = [
+    ("cpu_requested_milli", 1),
+    ("memory_requested_mib", 1),
+    ("memory_allocatable_mib", 65_537),
+    ("cpu_allocatable_milli", 7999),
+    ("capacity_type", "spot"),
+    ("gpus", "committed"),
+    ("gpus", "model"),
+    ("gpus", "order"),
+    ("gpus", "shift"),
+]
+
+
+def _variant(view: NodeView, edit: tuple[str, object]) -> NodeView:
+    field, value = edit
+    if field == "gpus":  # one GPU's committed memory or its split, the model, the order
+        gpus = view.gpus
+        if value == "committed" and gpus:
+            last = gpus[-1]
+            gpus = (*gpus[:-1], msgspec.structs.replace(last, committed_mib=last.committed_mib + 1))
+        elif value == "shift" and len(gpus) > 1:  # 1 MiB moves: the node's sum is the same
+            one, last = gpus[0], gpus[-1]
+            gpus = (
+                msgspec.structs.replace(one, committed_mib=one.committed_mib + 1),
+                *gpus[1:-1],
+                msgspec.structs.replace(last, committed_mib=last.committed_mib - 1),
+            )
+        elif value == "model":
+            gpus = tuple(msgspec.structs.replace(g, model="Z") for g in gpus)
+        else:  # the same GPUs at other indices: slots in another order
+            at = [g.index for g in gpus][::-1]
+            gpus = tuple(msgspec.structs.replace(g, index=i) for g, i in zip(gpus, at, strict=True))
+        return msgspec.structs.replace(view, gpus=gpus)
+    return msgspec.structs.replace(view, **{field: value})
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    ops=st.lists(
+        st.tuples(st.integers(0, 11), st.one_of(st.none(), st.integers(0, 11))), max_size=60
+    ),
+    pool=st.lists(node(0), min_size=3, max_size=3).map(
+        lambda nodes: nodes + [_variant(nodes[k % 3], e) for k, e in enumerate(VARIANTS)]
+    ),
+)
+def test_columns_give_equal_rows_one_state_id(
+    ops: list[tuple[int, int | None]], pool: list[NodeView]
+) -> None:
+    """The state ids the scoring kernel copies answers by (``rowstates``), as the columns
+    keep them through writes, rewrites and drops: rows with one id are equal in every
+    column the kernel reads, equal rows written at one width share an id, every id is
+    below the columns' capacity, and the ids of states no row is in are let go."""
+    cols = NodeColumns(capacity=4, width=8)  # as wide as any node drawn: rows never widen
+    for k, (name, view) in enumerate(ops):
+        if view is None:
+            cols.drop(f"n{name}")
+        else:
+            written = msgspec.structs.replace(pool[view], name=f"n{name}")
+            cols.write(written, 1.0, True, stamp=k + 1)
+    rows = [int(r) for r in cols.rows([f"n{i}" for i in range(12)]) if r >= 0]
+    batch = cols.whole(Limits())
+    assert batch.state is not None
+    by_id: dict[int, tuple] = {}
+    for r in rows:
+        values = tuple(str(getattr(batch, f)[..., r].tolist()) for f in ROW_FIELDS)
+        assert by_id.setdefault(int(batch.state[r]), values) == values
+    assert min(by_id, default=0) >= 0 and max(by_id, default=0) < len(batch)
+    assert len(cols._states) == len(by_id)  # nothing held for states no row is in
+    assert len(set(by_id.values())) == len(by_id)  # equal rows: one id

@@ -8,6 +8,8 @@ read out of bounds (a crash would take the scheduler's extender down with it).""
 
 from __future__ import annotations
 
+import dataclasses
+
 import msgspec
 import numpy as np
 import pytest
@@ -15,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from extender.scoring import kernel
-from extender.scoring.batch import GpuBatch
+from extender.scoring.batch import ROW_FIELDS, GpuBatch
 from extender.scoring.fit import fitting_gpus
 from extender.scoring.fragmentation import _scores, fragmentation_of, greedy_scores
 from extender.scoring.framework import blend_best
@@ -70,7 +72,7 @@ def _args(b: GpuBatch, rows: np.ndarray) -> tuple:
     pod = (0, np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int64), 0.0, 0.0)
     out = (np.empty(len(rows), bool), np.empty(len(rows)), np.empty((1, len(rows)), np.int64))
     g, n = b.size()
-    return (g, n, b.kernel_args(), rows, (1, 4096, 0, 0, 0), (512, 1024), mix, pod,
+    return (g, n, b.kernel_args(), rows, b.state, (1, 4096, 0, 0, 0), (512, 1024), mix, pod,
             (True, 0.0, 0.0, None), out)  # fmt: skip
 
 
@@ -90,13 +92,18 @@ def test_arguments_it_cannot_read_are_refused_by_name() -> None:
         kernel.scores(*args)
 
     args = list(_args(b, rows))
-    args[6] = (*args[6][:1], 5, *args[6][2:])  # weights for 5 rows of 2
+    args[7] = (*args[7][:1], 5, *args[7][2:])  # weights for 5 rows of 2
     with pytest.raises(ValueError, match="weight columns"):
         kernel.scores(*args)
 
     args = list(_args(b, rows))
-    args[9] = (args[9][0], np.empty(2)[::2], args[9][2])  # a strided output
+    args[10] = (args[10][0], np.empty(2)[::2], args[10][2])  # a strided output
     with pytest.raises(ValueError, match="raw"):
+        kernel.scores(*args)
+
+    args = list(_args(b, rows))
+    args[4] = np.zeros(1, np.int64)  # states for 1 node of 2
+    with pytest.raises(ValueError, match="states"):
         kernel.scores(*args)
 
     args = list(_args(b, rows))
@@ -110,7 +117,7 @@ def test_a_row_past_the_columns_is_an_error_not_a_read() -> None:
     with pytest.raises(IndexError, match="rows: 1"):
         kernel.scores(*_args(b, np.array([1], dtype=np.int64)))
     out = np.empty(1)
-    mix = _args(b, np.zeros(1, np.int64))[6]
+    mix = _args(b, np.zeros(1, np.int64))[7]
     with pytest.raises(IndexError, match="rows: -1"):
         kernel.value(*b.size(), b.kernel_args(), np.array([-1]), (0, 0), (512, 1024), mix, out)
 
@@ -134,9 +141,9 @@ EDITS = [
 
 def test_nodes_in_the_same_state_get_the_answer_each_would_get_alone() -> None:
     """The pass copies the answer of an earlier node in the same state (a fleet holds many:
-    every empty node, every full one). Every answer must be the one the node gets when it
-    is scored by itself: nodes that differ from another in one input only, and repeats
-    that come after the table of states is full (512 states)."""
+    every empty node, every full one), by the rows' state ids. Every answer must be the
+    one the node gets when it is scored by itself: nodes that differ from another in one
+    input only, and repeats that come after hundreds of other states."""
     k = len(EDITS)
     # two bases: host CPU the scarce resource on one, host memory on the other, so that
     # each allocatable figure changes some answer (stranding reads the scarcer)
@@ -147,8 +154,11 @@ def test_nodes_in_the_same_state_get_the_answer_each_would_get_alone() -> None:
     for i in range(len(edited)):
         if (edit := EDITS[i % k]) is not None:
             column, slot, value = edit
-            for at in (i, len(b) - len(edited) + i):  # the first copy, the one past the table
+            for at in (i, len(b) - len(edited) + i):  # the first copy, the one after 600 others
                 getattr(b, column)[(at,) if slot is None else (slot, at)] = value
+    states = _states_of(b)  # of the edited rows
+    b = dataclasses.replace(b, state=states)
+    assert len(set(states.tolist())) == 600 + 2 * k
     rows = np.array([*range(len(b)), -1, 3, 0, *range(len(edited))], dtype=np.int64)
     mix = (*MIX, (Shape(1, 2048, "", 2000, 16_384), 0.1))
     changed = [False] * k
@@ -170,6 +180,14 @@ def test_nodes_in_the_same_state_get_the_answer_each_would_get_alone() -> None:
     # its base's answer and failed the comparisons above
     missed = [e for e, c in zip(EDITS, changed, strict=True) if not c]
     assert missed == [None], missed  # None: the base itself
+
+
+def _states_of(b: GpuBatch) -> np.ndarray:
+    """Each row's state id, read from the batch's arrays: equal ids for rows equal in
+    every column."""
+    ids: dict[tuple, int] = {}
+    keys = (tuple(str(getattr(b, f)[..., n].tolist()) for f in ROW_FIELDS) for n in range(len(b)))
+    return np.array([ids.setdefault(key, len(ids)) for key in keys], dtype=np.int64)
 
 
 def _base(cpu_requested: int, memory_requested: int) -> NodeView:

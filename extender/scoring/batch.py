@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from extender.scoring.model import GpuDemand, Limits, NodeView
+from extender.scoring.rowstates import RowStates, state_of
 
 Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]
@@ -48,6 +49,9 @@ class GpuBatch:
     mem_free: Ints  # [N] allocatable - requested memory, MiB; ROOMY when not known
     model: npt.NDArray[np.object_]  # [N] canonical GPU model ("" without plain GPUs)
     mig_busy: Bools  # [N] some MIG instance on the node is not idle
+    # [N] an id per node state, equal for rows equal in every ``ROW_FIELDS`` value, each
+    # below N (``rowstates``): the kernel places a shape once per state. None: not known
+    state: Ints | None = None
 
     def __len__(self) -> int:
         return int(self.node_total.shape[0])
@@ -86,8 +90,12 @@ class GpuBatch:
         contiguous, which the slot-major arithmetic relies on for its speed."""
         if nodes.dtype == bool:
             nodes = np.flatnonzero(nodes)
-        grids = (getattr(self, f).take(nodes, axis=1) for f in _FIELDS[:4])
-        return GpuBatch(*grids, *(getattr(self, f).take(nodes) for f in _FIELDS[4:]))
+        taken = {f: getattr(self, f).take(nodes, axis=1 if f in _GRID else None) for f in _FIELDS}
+        if self.state is None:
+            return GpuBatch(**taken)
+        # renumbered, so that every id stays below the taken batch's length
+        state = np.unique(self.state.take(nodes), return_inverse=True)[1].astype(np.int64)
+        return GpuBatch(**taken, state=state.reshape(-1))
 
     @staticmethod
     def from_views(views: Sequence[NodeView], lim: Limits) -> GpuBatch:
@@ -95,13 +103,15 @@ class GpuBatch:
         own columns up to date instead of rebuilding them)."""
         width = max((plain_count(v) for v in views), default=0)
         rows = [row_of(v, width) for v in views]
+        states = RowStates()
+        state = np.array([states.acquire(state_of(r)) for r in rows], dtype=np.int64)
         arrays = {}
         for k, name in enumerate(ROW_FIELDS):
             kind = bool if name in _BOOL else object if name == "model" else np.int64
             arr = np.array([r[k] for r in rows], dtype=kind)
             arrays[name] = arr.reshape(len(rows), width).T.copy() if k < 4 else arr
         busy = [any(not g.idle(lim.idle_mib) for g in v.gpus if g.mig_profile) for v in views]
-        return GpuBatch(**arrays, mig_busy=np.array(busy, dtype=bool))
+        return GpuBatch(**arrays, mig_busy=np.array(busy, dtype=bool), state=state)
 
 
 _FIELDS = (
@@ -119,6 +129,7 @@ _FIELDS = (
     "model",
     "mig_busy",
 )
+_GRID = _FIELDS[:4]  # [G, N]
 ROW_FIELDS = _FIELDS[:-1]  # what ``row_of`` gives; MIG idleness depends on the limits
 _BOOL = {"present", "mig_busy", "spot"}
 

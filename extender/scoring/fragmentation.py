@@ -140,7 +140,7 @@ def fragmentation_delta(
         k = slot[g.uuid]
         committed[k, 0] += g.total_mib if demand.memory_mib is None else demand.memory_mib
         reserved[k, 0] += 1
-    taken = dataclasses.replace(b, committed=committed, reserved=reserved)
+    taken = dataclasses.replace(b, committed=committed, reserved=reserved, state=None)
     one = np.zeros(1, np.int64)
     after = _value(taken, one, lim, mix, demand)
     return float(after[0] - _value(b, one, lim, mix, None)[0])
@@ -171,6 +171,7 @@ def _scores(
         *b.size(),
         b.kernel_args(),
         at,
+        b.state,
         (
             int(demand.count),
             ask_of(demand),

@@ -26,7 +26,6 @@ no NumPy headers. [slot, node] arrays are slot-major: element (j, n) at j * node
 #include <Python.h>
 #include <math.h>
 #include <stdint.h>
-#include <string.h>
 
 #define WHOLE (-1)     /* a whole-GPU ask or shape (batch.WHOLE) */
 #define MAX_SLOTS 64   /* plain GPUs per node the kernel takes */
@@ -394,81 +393,41 @@ static double ratio(int64_t part, int64_t whole) {
 /* ---------------------------------------------------------------- equal nodes */
 
 /* Nodes in the same state get the same answer. A fleet holds many: every empty node of
-   an instance type, every full one, nodes running the same replicas. The pass looks each
-   node up by everything it reads of it (its slots' total, committed, reserved and present;
-   its GPU totals, capacity type, CPU and memory) and copies the answer of the first equal
-   node instead of placing the pod again, so a new shape costs one placement per state,
-   not per node. Answers are the same bits either way: the placement is a function of
-   these inputs alone (weights or candidates that differ per row turn the lookup off).
-   Once SEEN_MAX states are held the pass stops looking: nodes whose states rarely
-   repeat are placed as before, having paid for SEEN_MAX lookups at most. */
-#define SEEN_MAX 512
-#define SEEN_SLOTS 1024 /* a power of two, twice SEEN_MAX: probes stay short */
+   an instance type, every full one, nodes running the same replicas. Each row comes with
+   the id of its state (batch.GpuBatch.state: equal ids for rows equal in everything this
+   pass reads of them, kept by the columns as reports are written, rowstates.py), and the
+   pass copies the answer of the first node in that state instead of placing the pod
+   again, so a new shape costs one placement per state, not per node. The answers are the
+   same bits either way: the placement is a function of those inputs alone (candidates
+   given per row turn the copying off).
+   Why ids and not a hash of the row per request: the hash read every slot and column of
+   every row (about 25 scattered reads, 90 ns a node at 5,000 nodes), a third of a new
+   shape's filter on a fleet of a few states; an id is one read. */
 
-typedef struct {
-    uint64_t hash[SEEN_SLOTS];
-    Py_ssize_t first[SEEN_SLOTS]; /* position of the first node in that state, + 1 */
-    Py_ssize_t count;
-} Seen;
-
-/* Every word times its own odd constant, summed: independent multiplies the CPU runs side
-   by side (a chained hash made the lookup cost as much as a placement). Equal states hash
-   equal; unequal ones that collide are told apart by same_state. */
-static uint64_t state_hash(const Batch *b, Py_ssize_t at) {
-    const uint64_t K = 0x9e3779b97f4a7c15ULL;
-    uint64_t h = (uint64_t)b->node_total[at] * (K | 1) +
-                 (uint64_t)b->node_committed[at] * 0xc2b2ae3d27d4eb4fULL +
-                 (uint64_t)b->cpu_free[at] * 0x165667b19e3779f9ULL +
-                 (uint64_t)b->mem_free[at] * 0x85ebca77c2b2ae63ULL +
-                 (uint64_t)b->cpu_alloc[at] * 0x27d4eb2f165667c5ULL +
-                 (uint64_t)b->mem_alloc[at] * 0xff51afd7ed558ccdULL +
-                 (uint64_t)(b->spot[at] != 0);
-    for (Py_ssize_t j = 0; j < b->slots; j++) {
-        Py_ssize_t k = j * b->nodes + at;
-        uint64_t c = K * (uint64_t)(2 * j + 3); /* odd, one per slot */
-        h += ((uint64_t)b->total[k] * 0xc4ceb9fe1a85ec53ULL + (uint64_t)b->committed[k]) * c +
-             ((uint64_t)b->reserved[k] * 2 + (b->present[k] != 0)) * (c ^ 0x5bd1e995ULL);
+/* The state ids of the rows the pass places: each in [0, nodes), so that `first` (one
+   entry per possible id) is never read out of bounds. */
+static const int64_t *states_arg(Args *a, PyObject *obj, Py_ssize_t nodes, const int64_t *rows,
+                                 Py_ssize_t count) {
+    const int64_t *ids = borrow(a, obj, "states", 8, nodes, 0);
+    if (!ids) return NULL;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (rows[i] >= 0 && (ids[rows[i]] < 0 || ids[rows[i]] >= nodes)) {
+            PyErr_Format(PyExc_ValueError, "states: row %lld has state %lld, not one of 0..%zd",
+                         (long long)rows[i], (long long)ids[rows[i]], nodes - 1);
+            return NULL;
+        }
     }
-    h ^= h >> 31;
-    h *= K;
-    return h ^ (h >> 29);
-}
-
-static int same_state(const Batch *b, Py_ssize_t x, Py_ssize_t y) {
-    for (Py_ssize_t j = 0; j < b->slots; j++) {
-        Py_ssize_t kx = j * b->nodes + x, ky = j * b->nodes + y;
-        if (b->total[kx] != b->total[ky] || b->committed[kx] != b->committed[ky] ||
-            b->reserved[kx] != b->reserved[ky] || (b->present[kx] != 0) != (b->present[ky] != 0))
-            return 0;
-    }
-    return b->node_total[x] == b->node_total[y] && b->node_committed[x] == b->node_committed[y] &&
-           (b->spot[x] != 0) == (b->spot[y] != 0) && b->cpu_free[x] == b->cpu_free[y] &&
-           b->mem_free[x] == b->mem_free[y] && b->cpu_alloc[x] == b->cpu_alloc[y] &&
-           b->mem_alloc[x] == b->mem_alloc[y];
-}
-
-/* The position of an earlier node in the same state as rows[i], or -1 (then rows[i] is
-   remembered as its state's first). */
-static Py_ssize_t seen_before(Seen *seen, const Batch *b, const int64_t *rows, Py_ssize_t i) {
-    uint64_t h = state_hash(b, rows[i]);
-    size_t slot = (size_t)(h >> 54); /* the top 10 bits */
-    for (;; slot = (slot + 1) & (SEEN_SLOTS - 1)) {
-        Py_ssize_t first = seen->first[slot] - 1;
-        if (first < 0) break;
-        if (seen->hash[slot] == h && same_state(b, rows[first], rows[i])) return first;
-    }
-    seen->hash[slot] = h;
-    seen->first[slot] = i + 1;
-    seen->count++;
-    return -1;
+    return ids;
 }
 
 /* ---------------------------------------------------------------- entry points */
 
 PyDoc_STRVAR(scores_doc,
-             "scores(slots, nodes, batch, rows, demand, limits, mix, per_pod, options, out)\n\n"
+             "scores(slots, nodes, batch, rows, states, demand, limits, mix, per_pod, options,\n"
+             "out)\n\n"
              "fragmentation.greedy_scores for every row of `rows` (-1: a node that never\n"
-             "fits). demand: (count, ask, rule, cpu, memory); limits: (margin, idle);\n"
+             "fits). states: None, or each node's state id (rowstates.py: a state is\n"
+             "placed once); demand: (count, ask, rule, cpu, memory); limits: (margin, idle);\n"
              "options: (by_free, tie, stranding, cand or None: [slot, row] candidates the caller\n"
              "chose, capacity type and host fit not checked again); out: (fits, raw, picks).");
 
@@ -477,11 +436,11 @@ static PyObject *scores(PyObject *self, PyObject *args) {
     long long count, ask, rule, cpu, mem, margin, idle_mib;
     int by_free;
     double tie, strand_w;
-    PyObject *bt, *rows_o, *mt, *pt, *cand_o, *fits_o, *raw_o, *picks_o;
+    PyObject *bt, *rows_o, *states_o, *mt, *pt, *cand_o, *fits_o, *raw_o, *picks_o;
     (void)self;
-    if (!PyArg_ParseTuple(args, "nnOO(LLLLL)(LL)OO(pddO)(OOO)", &g, &n, &bt, &rows_o, &count,
-                          &ask, &rule, &cpu, &mem, &margin, &idle_mib, &mt, &pt, &by_free, &tie,
-                          &strand_w, &cand_o, &fits_o, &raw_o, &picks_o))
+    if (!PyArg_ParseTuple(args, "nnOOO(LLLLL)(LL)OO(pddO)(OOO)", &g, &n, &bt, &rows_o, &states_o,
+                          &count, &ask, &rule, &cpu, &mem, &margin, &idle_mib, &mt, &pt, &by_free,
+                          &tie, &strand_w, &cand_o, &fits_o, &raw_o, &picks_o))
         return NULL;
     Args a = {0};
     Batch b;
@@ -490,10 +449,9 @@ static PyObject *scores(PyObject *self, PyObject *args) {
     PyObject *result = NULL;
     Node node, *nd = &node;
     void *block = NULL;
-    Seen seen;
-    int looking = 0;
+    Py_ssize_t *first = NULL; /* per state id: the position placed for it, -1 none yet */
     Py_ssize_t r = 0;
-    const int64_t *rows;
+    const int64_t *rows, *states = NULL;
     const char *cand = NULL;
     char *fits;
     double *raw;
@@ -501,16 +459,19 @@ static PyObject *scores(PyObject *self, PyObject *args) {
     if (check_sizes(g, n) < 0 || count < 0 || batch_args(&a, bt, g, n, &b) < 0 ||
         !(rows = rows_arg(&a, rows_o, n, 1, &r)) || mix_args(&a, mt, r, &mix) < 0 ||
         pod_args(&a, pt, &pod) < 0 ||
+        (states_o != Py_None && !(states = states_arg(&a, states_o, n, rows, r))) ||
         (cand_o != Py_None && !(cand = borrow(&a, cand_o, "cand", 1, g * r, 0))) ||
         !(fits = borrow(&a, fits_o, "fits", 1, r, 1)) ||
         !(raw = borrow(&a, raw_o, "raw", 8, r, 1)) ||
         !(picks = borrow(&a, picks_o, "picks", 8, count * r, 1)) ||
         !(block = scratch(nd, mix.shapes)))
         goto done;
-    if (!cand && mix.wcols == 1 && r > 1) {
-        memset(seen.first, 0, sizeof(seen.first));
-        seen.count = 0;
-        looking = 1;
+    if (states && !cand && r > 1) {
+        if (!(first = PyMem_Malloc((size_t)n * sizeof(Py_ssize_t)))) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        for (Py_ssize_t s = 0; s < n; s++) first[s] = -1;
     }
     Py_BEGIN_ALLOW_THREADS;
     for (Py_ssize_t i = 0; i < r; i++) {
@@ -519,8 +480,11 @@ static PyObject *scores(PyObject *self, PyObject *args) {
         raw[i] = 0.0;
         for (int64_t k = 0; k < count; k++) picks[k * r + i] = -1;
         if (at < 0) continue;
-        Py_ssize_t same = looking ? seen_before(&seen, &b, rows, i) : -1;
-        looking = looking && seen.count < SEEN_MAX;
+        Py_ssize_t same = -1;
+        if (first) {
+            same = first[states[at]];
+            if (same < 0) first[states[at]] = i;
+        }
         if (same >= 0) {
             fits[i] = fits[same];
             raw[i] = raw[same];
@@ -562,6 +526,7 @@ static PyObject *scores(PyObject *self, PyObject *args) {
     result = Py_NewRef(Py_None);
 done:
     release(&a);
+    PyMem_Free(first);
     PyMem_Free(block);
     return result;
 }

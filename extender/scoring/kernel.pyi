@@ -15,6 +15,7 @@ def scores(
     nodes: int,
     batch: Batch,
     rows: np.ndarray,
+    states: np.ndarray | None,
     demand: tuple[int, int, int, int, int],
     limits: tuple[int, int],
     mix: MixArgs,

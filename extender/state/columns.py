@@ -28,6 +28,7 @@ from extender.scoring.batch import (
     row_of,
 )
 from extender.scoring.model import Limits, NodeView
+from extender.scoring.rowstates import RowStates, State, state_of
 from extender.wire.names import Candidates, names_key, same_names
 
 _GRID = ("total", "committed", "reserved", "present")  # [width, rows], as GpuBatch
@@ -46,6 +47,7 @@ _LINE = (
     "price",
     "received",
     "stamp",
+    "state",
 )  # [rows]
 
 
@@ -61,6 +63,9 @@ class NodeColumns:
         self.present = np.zeros((0, 0), dtype=bool)
         self.node_total = self.node_committed = self.mig_committed = np.zeros(0, np.int64)
         self.stamp = np.zeros(0, np.int64)  # the inventory's change number at the last write
+        # per row, the id of its values' state (``scoring.rowstates``); -1: none written
+        self.state = np.zeros(0, np.int64)
+        self._states = RowStates()
         # the whole node, as ``GpuBatch`` holds it (ROOMY free: allocatable unknown)
         self.cpu_alloc = self.cpu_free = np.zeros(0, np.int64)
         self.mem_alloc = self.mem_free = np.zeros(0, np.int64)
@@ -85,6 +90,8 @@ class NodeColumns:
         for name in _LINE:
             old = getattr(self, name)
             new = np.full(capacity, np.nan) if old.dtype == float else np.zeros(capacity, old.dtype)
+            if name == "state":
+                new.fill(-1)
             new[:n] = old
             setattr(self, name, new)
 
@@ -104,6 +111,7 @@ class NodeColumns:
                 getattr(self, name)[:, row] = value
             else:
                 getattr(self, name)[row] = value
+        self._state_is(row, state_of(values))
         mig = [g for g in view.gpus if g.mig_profile]
         self.mig_reserved[row] = any(g.reserved_mib > 0 for g in mig)
         self.mig_committed[row] = max((g.committed_mib for g in mig), default=0)
@@ -123,10 +131,20 @@ class NodeColumns:
     def drop(self, name: str) -> None:
         row = self._rows.pop(name, None)
         if row is not None:
+            self._state_is(row, None)
             self.received[row] = np.nan
             self._spare.append(row)
             self._layout += 1
             self._row_is(name, -1)
+
+    def _state_is(self, row: int, state: State | None) -> None:
+        """The row's state id, for ``state`` (None: the row is let go). The old id is
+        released first, so ids in use never outnumber rows (each stays below the
+        capacity, as the kernel requires)."""
+        old = int(self.state[row])
+        if old >= 0:
+            self._states.release(old)
+        self.state[row] = -1 if state is None else self._states.acquire(state)
 
     def name_known(self, name: str, token: object, wire_id: int) -> None:
         """The HTTP edge's decoder reads the node's name as ``wire_id`` in lists that
@@ -251,6 +269,7 @@ class NodeColumns:
                 self.mem_free,
                 self.model,
                 busy,
+                self.state,
             )
             self._whole = (lim.idle_mib, batch)
         return self._whole[1]
