@@ -401,8 +401,7 @@ static double ratio(int64_t part, int64_t whole) {
    same bits either way: the placement is a function of those inputs alone (candidates
    given per row turn the copying off).
    Why ids and not a hash of the row per request: the hash read every slot and column of
-   every row (about 25 scattered reads, 90 ns a node at 5,000 nodes), a third of a new
-   shape's filter on a fleet of a few states; an id is one read. */
+   every row, most of the pass on a fleet of a few states; an id is one read. */
 
 /* The state ids of the rows the pass places: each in [0, nodes), so that `first` (one
    entry per possible id) is never read out of bounds. */

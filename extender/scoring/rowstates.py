@@ -3,10 +3,10 @@ them get one id, so a new pod shape is placed once per state, not once per node.
 
 A fleet holds many nodes in one state: every empty node of an instance type, every full
 one, nodes running the same replicas. The kernel (``kernel.c``, "equal nodes") copies the
-answer of the first row in a state to the others. It used to find equal rows by hashing
-each row's values on every request; that read every slot and column of every row and
-cost a third of a new shape's filter at 5,000 nodes (docs/BENCHMARKS.md). The ids are
-kept instead where rows are written: the inventory's columns intern a row's values
+answer of the first row in a state to the others. Why ids kept where rows are written,
+not a hash of each row per request: the hash read every slot and column of every row on
+every request, which on a fleet of a few states was most of the pass (docs/BENCHMARKS.md,
+"Node states as ids"); an id is one read. The inventory's columns intern a row's values
 (``batch.row_of``) as they write it, and ``GpuBatch.from_views`` does the same for the
 rows it builds.
 
