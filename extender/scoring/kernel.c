@@ -135,6 +135,7 @@ typedef struct {
     const double *shares;
     const int64_t *counts, *mibs;
     double cpu, host;
+    double gmax, g; /* the last node size seen and the mean pod's GPU MiB there */
 } PerPod;
 
 static int pod_args(Args *a, PyObject *t, PerPod *p) {
@@ -146,6 +147,7 @@ static int pod_args(Args *a, PyObject *t, PerPod *p) {
         PyErr_SetString(PyExc_ValueError, "per pod: negative asks");
         return -1;
     }
+    p->gmax = -1.0; /* no node's largest GPU: nothing kept yet */
     return (p->shares = borrow(a, o[0], "shares", 8, p->asks, 0)) &&
                    (p->counts = borrow(a, o[1], "ask counts", 8, p->asks, 0)) &&
                    (p->mibs = borrow(a, o[2], "ask mibs", 8, p->asks, 0))
@@ -273,7 +275,7 @@ static inline __attribute__((always_inline)) void evaluate_n(const Node *nd, con
         for (Py_ssize_t j = 0; j < g; j++) {
             int h = nd->present[j] & (mem == WHOLE ? nd->idle[j] : nd->free[j] >= mem);
             hosts[j] = h;
-            held[j] = nd->free[j] * h;
+            held[j] = h ? nd->free[j] : 0.0; /* free x h, bit for bit: free is never below +0.0 */
             hosting += h;
             hosted += held[j];
         }
@@ -362,8 +364,25 @@ static double stranded(const PerPod *p, double g, double gpu, int64_t cpu_alloc,
     return gpu - reach > 0.0 ? gpu - reach : 0.0;
 }
 
+/* The mean pod's GPU MiB on a node whose largest GPU has `gmax` MiB (a whole GPU counts
+   as one of those): the same for every node of a size, and a fleet has a few sizes, so
+   the last one is kept and computed again only when the size changes. */
+static double per_pod_gpu(PerPod *p, double gmax) {
+    if (gmax != p->gmax) {
+        double g = 0.0;
+        for (Py_ssize_t k = 0; k < p->asks; k++) {
+            double mib = (double)p->mibs[k];
+            double unit = p->mibs[k] == WHOLE ? gmax : (mib < gmax ? mib : gmax);
+            g = g + p->shares[k] * ((double)p->counts[k] * unit);
+        }
+        p->gmax = gmax;
+        p->g = g;
+    }
+    return p->g;
+}
+
 /* (S after - S before) / GiB of node `at` once the pod takes cpu, mem and `added` GPU MiB. */
-static double stranding_delta(const Batch *b, const PerPod *p, Py_ssize_t at, int64_t cpu,
+static double stranding_delta(const Batch *b, PerPod *p, Py_ssize_t at, int64_t cpu,
                               int64_t mem, double added) {
     if (p->asks == 0) return 0.0;
     int64_t largest = 0;
@@ -371,12 +390,7 @@ static double stranding_delta(const Batch *b, const PerPod *p, Py_ssize_t at, in
         int64_t total = b->total[j * b->nodes + at];
         largest = total > largest ? total : largest;
     }
-    double gmax = (double)largest, g = 0.0;
-    for (Py_ssize_t k = 0; k < p->asks; k++) {
-        double mib = (double)p->mibs[k];
-        double unit = p->mibs[k] == WHOLE ? gmax : (mib < gmax ? mib : gmax);
-        g = g + p->shares[k] * ((double)p->counts[k] * unit);
-    }
+    double g = per_pod_gpu(p, (double)largest);
     int64_t free = b->node_total[at] - b->node_committed[at];
     double gpu = free > 0 ? (double)free : 0.0;
     int64_t c = b->cpu_free[at], h = b->mem_free[at];
