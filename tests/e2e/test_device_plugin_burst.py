@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import ssl
 import tempfile
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -340,6 +341,7 @@ def test_the_plugin_may_patch_only_its_own_nodes_pods_and_only_its_annotation(
             },
         )
     cfg = yaml_config(e2e_cluster.kubeconfig)
+    trust = ssl.create_default_context(cafile=cfg["ca"])  # httpx deprecates verify=<path>
 
     def as_plugin(node: str | None, pod: str, patch: dict[str, Any]) -> httpx.Response:
         headers = {
@@ -351,7 +353,7 @@ def test_the_plugin_may_patch_only_its_own_nodes_pods_and_only_its_annotation(
         if node is not None:
             headers["Impersonate-Extra-authentication.kubernetes.io%2fnode-name"] = node
         url = f"{cfg['server']}/api/v1/namespaces/{namespace}/pods/{pod}"
-        return httpx.patch(url, json=patch, headers=headers, verify=cfg["ca"], timeout=10)
+        return httpx.patch(url, json=patch, headers=headers, verify=trust, timeout=10)
 
     ack = {"metadata": {"annotations": {"headroom.dev/allocated": "GPU-1::0"}}}
     try:
@@ -383,7 +385,7 @@ def test_the_plugin_may_patch_only_its_own_nodes_pods_and_only_its_annotation(
                 "Authorization": f"Bearer {cfg['token']}",
                 "Impersonate-User": "system:serviceaccount:headroom-system:headroom-device-plugin",
             },
-            verify=cfg["ca"],
+            verify=trust,
             timeout=10,
         )
         assert nodes.status_code == 403
