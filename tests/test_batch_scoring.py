@@ -322,6 +322,8 @@ VARIANTS = [
     ("memory_requested_mib", 1),
     ("memory_allocatable_mib", 65_537),
     ("cpu_allocatable_milli", 7999),
+    ("allocatable", "cpu"),  # allocatable and requested one more: the same free
+    ("allocatable", "memory"),
     ("capacity_type", "spot"),
     ("gpus", "committed"),
     ("gpus", "model"),
@@ -330,8 +332,17 @@ VARIANTS = [
 ]
 
 
+UNIT = {"cpu": "milli", "memory": "mib"}
+POOL = 3 + len(VARIANTS)  # three nodes drawn, then one variant each
+
+
 def _variant(view: NodeView, edit: tuple[str, object]) -> NodeView:
     field, value = edit
+    if field == "allocatable":
+        kind = str(value)
+        alloc, req = f"{kind}_allocatable_{UNIT[kind]}", f"{kind}_requested_{UNIT[kind]}"
+        more = {alloc: getattr(view, alloc) + 1, req: getattr(view, req) + 1}
+        return msgspec.structs.replace(view, **more)
     if field == "gpus":  # one GPU's committed memory or its split, the model, the order
         gpus = view.gpus
         if value == "committed" and gpus:
@@ -356,7 +367,9 @@ def _variant(view: NodeView, edit: tuple[str, object]) -> NodeView:
 @settings(max_examples=300, deadline=None)
 @given(
     ops=st.lists(
-        st.tuples(st.integers(0, 11), st.one_of(st.none(), st.integers(0, 11))), max_size=60
+        # (a row by name: one of the pool's own or 12 more; a view of the pool, or a drop)
+        st.tuples(st.integers(0, POOL + 11), st.one_of(st.none(), st.integers(0, POOL - 1))),
+        max_size=60,
     ),
     pool=st.lists(node(0), min_size=3, max_size=3).map(
         lambda nodes: nodes + [_variant(nodes[k % 3], e) for k, e in enumerate(VARIANTS)]
@@ -370,13 +383,16 @@ def test_columns_give_equal_rows_one_state_id(
     column the kernel reads, equal rows written at one width share an id, every id is
     below the columns' capacity, and the ids of states no row is in are let go."""
     cols = NodeColumns(capacity=4, width=8)  # as wide as any node drawn: rows never widen
-    for k, (name, view) in enumerate(ops):
-        if view is None:
-            cols.drop(f"n{name}")
+    for k, view in enumerate(pool):  # every node and variant held by a row of its own
+        cols.write(msgspec.structs.replace(view, name=f"p{k}"), 1.0, True, stamp=1)
+    names = [f"p{k}" for k in range(len(pool))] + [f"n{i}" for i in range(12)]
+    for k, (name, at) in enumerate(ops):  # any row, those first written included
+        if at is None:
+            cols.drop(names[name])
         else:
-            written = msgspec.structs.replace(pool[view], name=f"n{name}")
-            cols.write(written, 1.0, True, stamp=k + 1)
-    rows = [int(r) for r in cols.rows([f"n{i}" for i in range(12)]) if r >= 0]
+            written = msgspec.structs.replace(pool[at], name=names[name])
+            cols.write(written, 1.0, True, stamp=k + 2)
+    rows = [int(r) for r in cols.rows(names) if r >= 0]
     batch = cols.whole(Limits())
     assert batch.state is not None
     by_id: dict[int, tuple] = {}
