@@ -90,12 +90,11 @@ class GpuBatch:
         contiguous, which the slot-major arithmetic relies on for its speed."""
         if nodes.dtype == bool:
             nodes = np.flatnonzero(nodes)
+        # without state ids: renumbering them below the new length takes a sort, in the
+        # filter of every policy that scores taken rows (binpack, spread, gpu-packing),
+        # and none of those reads them
         taken = {f: getattr(self, f).take(nodes, axis=1 if f in _GRID else None) for f in _FIELDS}
-        if self.state is None:
-            return GpuBatch(**taken)
-        # renumbered, so that every id stays below the taken batch's length
-        state = np.unique(self.state.take(nodes), return_inverse=True)[1].astype(np.int64)
-        return GpuBatch(**taken, state=state.reshape(-1))
+        return GpuBatch(**taken)
 
     @staticmethod
     def from_views(views: Sequence[NodeView], lim: Limits) -> GpuBatch:
