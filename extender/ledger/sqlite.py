@@ -1,7 +1,12 @@
 """SQLite dialect: one file, WAL, safe across threads and processes.
 
-Each thread gets its own connection (autocommit mode, explicit transactions). Writes
-use ``BEGIN IMMEDIATE`` so the write lock is taken up front — two writers never
+Each thread reads through a connection of its own (autocommit mode, explicit
+transactions); every write goes through one connection, taken in turn under a lock.
+SQLite lets one writer in at a time anyway, and a connection throws its page cache away
+when another connection has written: with a connection per writing thread, each
+transaction read the pages the previous one (another thread's) had just written back
+from the file, about 25 ``pread`` calls per bind in bench/throughput.py. Writes use
+``BEGIN IMMEDIATE`` so the write lock is taken up front — two writers (processes) never
 both read and then both try to upgrade (which SQLite resolves by failing one with
 SQLITE_BUSY mid-transaction). ``busy_timeout`` makes a waiting writer sleep-retry
 instead of failing; past it (3 s by default, below kube-scheduler's 5 s extender timeout)
@@ -36,11 +41,24 @@ class SqliteDialect:
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._closed = False
+        # the writers' connection, and its turn: reentrant, so a write begun inside a
+        # write fails as SQLite fails it (a transaction within a transaction)
+        self._writer: sqlite3.Connection | None = None
+        self._turn = threading.RLock()
 
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is not None:
-            return conn
+        if conn is None:
+            conn = self._local.conn = self._connect()
+        return conn
+
+    def _write_conn(self) -> sqlite3.Connection:
+        """The writers' connection (the caller holds ``_turn``)."""
+        if self._writer is None:
+            self._writer = self._connect()
+        return self._writer
+
+    def _connect(self) -> sqlite3.Connection:
         if self._closed:
             raise LedgerUnavailable("ledger is closed")
         try:
@@ -55,14 +73,27 @@ class SqliteDialect:
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")
         except sqlite3.Error as exc:
             raise LedgerUnavailable(f"sqlite {self.path}: {exc}") from exc
-        self._local.conn = conn
         with self._lock:
             self._all.append(conn)
         return conn
 
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
-        conn = self._conn()
+        # the turn is waited for as long as SQLite waits for another process's lock
+        if not self._turn.acquire(timeout=self.busy_timeout_s):
+            raise LedgerUnavailable(
+                f"sqlite {self.path}: cannot begin write: another write in this process "
+                f"held the database for {self.busy_timeout_s:g} s"
+            )
+        try:
+            with self._written() as conn:
+                yield conn
+        finally:
+            self._turn.release()
+
+    @contextmanager
+    def _written(self) -> Iterator[sqlite3.Connection]:
+        conn = self._write_conn()
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
@@ -123,7 +154,7 @@ class SqliteDialect:
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            conns, self._all = self._all, []
+            conns, self._all, self._writer = self._all, [], None
         for c in conns:
             c.close()
 

@@ -10,12 +10,19 @@ import subprocess
 import sys
 import threading
 from collections import Counter
+from pathlib import Path
 
+import pytest
+
+from extender.core.allocation import LedgerUnavailable
 from extender.ledger import open_ledger
 from extender.ledger.records import AllocationFilter
+from extender.ledger.sql import SqlLedger
+from extender.ledger.sqlite import SqliteDialect
 from extender.wire.clock import ManualClock
 
 from .contender import race
+from .helpers import decision
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PODS, THREADS, PROCESSES = 80, 4, 3
@@ -59,3 +66,35 @@ def test_each_pod_is_allocated_exactly_once(ledger_target: str, clock: ManualClo
         assert ledger.verify_chain().ok
     finally:
         ledger.close()
+
+
+def test_a_write_held_up_by_another_in_this_process_fails_in_time_and_writes_nothing(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """SQLite writes of one process take turns on one connection: a write that cannot
+    have its turn within the busy timeout is refused as one that never began (nothing
+    of it can have been written), and goes through once the turn is free."""
+    dialect = SqliteDialect(str(tmp_path / "ledger.db"), busy_timeout_s=0.2)
+    ledger = SqlLedger(dialect)
+    holding, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with dialect.write():
+            holding.set()
+            done.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert holding.wait(10)
+        with pytest.raises(LedgerUnavailable, match="another write in this process") as refused:
+            ledger.record_decision(decision("u1", at=clock.now()))
+        assert not refused.value.maybe_written
+    finally:
+        done.set()
+        holder.join()
+    assert ledger.active() == []
+    ledger.record_decision(decision("u1", at=clock.now()))
+    assert [a.pod.uid for a in ledger.active()] == ["u1"]
+    assert ledger.verify_chain().ok
+    ledger.close()
