@@ -10,12 +10,13 @@ a bind's time). The Binding's ``metadata.uid`` is a precondition: a pod replaced
 the same name is not bound. Transient API errors are retried within a deadline shorter
 than kube-scheduler's extender timeout.
 
-The Binding is one small JSON document POSTed through the Kubernetes client's own
-connection pool (its TLS, client certificate and bearer token, refreshed as the client
-refreshes it), not through the generated ``CoreV1Api``: that layer validated the call's
-arguments, walked the ``V1Binding`` model to serialise it and rebuilt the request's
-headers on every bind, about half of the POST's Python in a py-spy profile of
-bench/throughput.py (docs/BENCHMARKS.md, eighth throughput measurement).
+The Binding is one small JSON document POSTed over a kept-alive connection of the
+bind thread's own (``keepalive.py``: the client's URL, TLS, client certificate and
+bearer token), not through the generated ``CoreV1Api``, whose layer validated the
+call's arguments, walked the ``V1Binding`` model and rebuilt the headers on every bind,
+nor through the client's urllib3 pool (docs/BENCHMARKS.md, eighth and twelfth
+throughput measurements). A client configuration that ``keepalive.py`` does not
+reproduce (a proxy, say) POSTs through that pool.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from extender.kube.client import api_client, is_transient
+from extender.kube.keepalive import KeepAlive
 from extender.scheduling.binder import BindError
 from extender.wire.retry import call_with_retry
 
@@ -40,6 +42,7 @@ class KubeBinder:
         self.api = api
         self.core = client.CoreV1Api(api)
         self.deadline_s = deadline_s
+        self.lean = KeepAlive.of(api.configuration, timeout_s=deadline_s)
 
     @classmethod
     def from_config(cls, kubeconfig: str | None) -> KubeBinder:
@@ -85,6 +88,13 @@ class KubeBinder:
             "Content-Type": "application/json",
             "Accept": "application/json",
         }
+        if self.lean is not None:
+            lean = self.lean.post(path, body, headers)
+            if lean.status >= 400:
+                raise ApiException(
+                    status=lean.status, reason=lean.reason, body=lean.data.decode(errors="replace")
+                )
+            return
         token = self.api.configuration.auth_settings().get("BearerToken")
         if token:
             headers[token["key"]] = token["value"]
