@@ -3,6 +3,7 @@ their tables: a bench that fails is found here, not by the next person to measur
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -39,6 +40,18 @@ ROOT = Path(__file__).resolve().parents[1]
             "| shuffled | filter | whole request | 4 |",
         ),  # 3 pods after a warm-up pod; one node passes each time, so no prioritize
         ("bench/names.py", ["--nodes", "30", "--reads", "3"], "| simulated (node-00042) |"),
+        pytest.param(
+            "bench/bindpost.py",
+            ["--pods", "12", "--rounds", "1"],
+            "| bare http.client (floor) |",
+            marks=[
+                pytest.mark.e2e,
+                pytest.mark.skipif(
+                    shutil.which("go") is None or os.environ.get("HEADROOM_E2E") == "0",
+                    reason="needs Go for the e2e control plane (HEADROOM_E2E=0 skips it)",
+                ),
+            ],
+        ),  # the e2e control plane: binaries built (or cached) by tests/e2e/build.sh
         (
             "bench/coldstart.py",
             ["--runs", "1", "--nodes", "30", "--filters", "2", "--in-process"],
