@@ -23,6 +23,7 @@ from extender.kube import keepalive
 from extender.kube.binder import KubeBinder
 from extender.kube.keepalive import KeepAlive
 from extender.scheduling.binder import BindError
+from extender.wire.clock import ManualClock
 
 
 def _openssl(cwd: Path, *args: str) -> None:
@@ -178,21 +179,21 @@ def test_a_401_reads_the_token_again_through_the_clients_hook_and_retries_once(
     cfg = config(server.url, pki, token="t0")
     server.accept_tokens = {"Bearer t1"}
     reads: list[str] = []
-    now = [0.0]
+    clock = ManualClock()
 
     def hook(c: client.Configuration) -> None:  # the client's refresh, as a loader sets it
         c.api_key = {"BearerToken": "t1" if reads else "t0"}
         reads.append(c.api_key["BearerToken"])
 
     cfg.refresh_api_key_hook = hook  # type: ignore[assignment]  # the stubs type it None
-    lean = KeepAlive(cfg, timeout_s=3.0, clock=lambda: now[0])
+    lean = KeepAlive(cfg, timeout_s=3.0, clock=clock)
     assert lean.post("/a", binding("a"), {}).status == 201
     assert [x.headers["authorization"] for x in server.seen] == ["Bearer t0", "Bearer t1"]
     assert reads == ["t0", "t1"]
-    now[0] += keepalive.TOKEN_REFRESH_S / 2  # within the refresh period: the token is kept
+    clock.advance(keepalive.TOKEN_REFRESH_S / 2)  # within the refresh period: the token is kept
     assert lean.post("/b", binding("b"), {}).status == 201
     assert reads == ["t0", "t1"]
-    now[0] += keepalive.TOKEN_REFRESH_S  # past it: read again through the hook
+    clock.advance(keepalive.TOKEN_REFRESH_S)  # past it: read again through the hook
     assert lean.post("/c", binding("c"), {}).status == 201
     assert len(reads) == 3
     server.accept_tokens = set()  # a token refused again after the retry: the 401 stands

@@ -1,12 +1,12 @@
 """Kept-alive connections to the API server for the bind path's one POST per pod.
 
 The Binding is the one API call per pod on the scheduling path. Through the Kubernetes
-client's urllib3 pool it took 0.70 ms of CPU per POST; the standard library's
-``http.client`` on a kept-alive connection, same server, same TLS, took 0.31 ms
-(docs/BENCHMARKS.md, "Twelfth measurement"). The difference was the pool manager's URL
-handling, urllib3's retry, timeout and response objects, and the kubeconfig loader
-rebuilding the client's configuration on every call to read the token. At ~100 binds/s
-on two vCPUs that is about 3 % of the machine.
+client's urllib3 pool it took 0.72-0.79 ms of CPU per POST, through this 0.42-0.45 ms,
+and bare ``http.client`` 0.31-0.33 ms (bench/bindpost.py; docs/BENCHMARKS.md, twelfth
+throughput measurement). The difference was the pool manager's URL handling, urllib3's
+request and response objects, and the kubeconfig loader rebuilding the client's
+configuration on every call that read the token. At ~100 binds/s on two vCPUs that is
+about 3 % of the machine.
 
 What this keeps from the client's configuration: the API server's URL (with any path
 prefix), the TLS trust (CA file or data, or verification off), the client certificate,
@@ -17,10 +17,9 @@ retries) keeps the client's pool: ``KeepAlive.of(configuration)`` is None for it
 
 Connecting is bounded by ``timeout_s``; the POST's answer is waited for as the client's
 pool waits for it (no timeout). One connection per thread (the bind threads), reused
-while the server keeps it open;
-an idle connection the server closed is noticed before it is used (as urllib3 does),
-and any transport failure drops the connection and raises ``ConnectionError``, which
-the bind path's retry treats as transient.
+while the server keeps it open; an idle connection the server closed is noticed before
+it is used (as urllib3 does), and any transport failure drops the connection and raises
+``ConnectionError``, which the bind path's retry treats as transient.
 """
 
 from __future__ import annotations
@@ -29,11 +28,11 @@ import http.client
 import select
 import ssl
 import threading
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
+
+from extender.wire.clock import Clock, SystemClock
 
 TOKEN_REFRESH_S = 10.0  # the in-cluster loader itself re-reads its token file each minute
 
@@ -73,11 +72,10 @@ class _Trust:
 class KeepAlive:
     """POSTs to one API server over one kept-alive connection per thread."""
 
-    def __init__(
-        self, cfg: Any, timeout_s: float, clock: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, cfg: Any, timeout_s: float, clock: Clock | None = None) -> None:
         url = urlsplit(cfg.host)
-        self._cfg, self._timeout_s, self._clock = cfg, timeout_s, clock
+        self._cfg, self._timeout_s = cfg, timeout_s
+        self._clock = clock or SystemClock()
         self._tls = url.scheme == "https"
         self._host = url.hostname or ""
         self._port = url.port or (443 if self._tls else 80)
@@ -128,7 +126,7 @@ class KeepAlive:
     def _token(self, refresh: bool) -> dict[str, str]:
         """The auth header, through the client's refresh hook when due (or asked)."""
         with self._lock:
-            now = self._clock()
+            now = self._clock.now()
             if refresh or now - self._auth_at >= TOKEN_REFRESH_S:
                 token = self._cfg.auth_settings().get("BearerToken")
                 self._auth = {token["key"]: token["value"]} if token else {}
