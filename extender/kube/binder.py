@@ -30,7 +30,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from extender.kube.client import api_client, is_transient
-from extender.kube.keepalive import KeepAlive
+from extender.kube.keepalive import KeepAlive, Reply
 from extender.scheduling.binder import BindError
 from extender.wire.retry import call_with_retry
 
@@ -89,22 +89,24 @@ class KubeBinder:
             "Accept": "application/json",
         }
         if self.lean is not None:
-            lean = self.lean.post(path, body, headers)
-            if lean.status >= 400:
-                raise ApiException(
-                    status=lean.status, reason=lean.reason, body=lean.data.decode(errors="replace")
-                )
-            return
-        token = self.api.configuration.auth_settings().get("BearerToken")
-        if token:
-            headers[token["key"]] = token["value"]
-        reply = self.api.rest_client.pool_manager.request(
-            "POST", self.api.configuration.host + path, body=body, headers=headers
-        )  # read whole (preload): the connection goes back to the pool for the next bind
+            reply = self.lean.post(path, body, headers)
+        else:
+            reply = self._pooled(path, body, headers)
         if reply.status >= 400:
             raise ApiException(
                 status=reply.status, reason=reply.reason, body=reply.data.decode(errors="replace")
             )
+
+    def _pooled(self, path: str, body: bytes, headers: dict[str, str]) -> Reply:
+        """Through the client's own urllib3 pool (the configurations keepalive.py
+        does not reproduce), its token read as the client reads it."""
+        token = self.api.configuration.auth_settings().get("BearerToken")
+        if token:
+            headers = {**headers, token["key"]: token["value"]}
+        reply = self.api.rest_client.pool_manager.request(
+            "POST", self.api.configuration.host + path, body=body, headers=headers
+        )  # read whole (preload): the connection goes back to the pool for the next bind
+        return Reply(reply.status, reply.reason or "", reply.data)
 
     def _bound_to(self, namespace: str, name: str) -> str | None:
         raw: Any = self.core.read_namespaced_pod(name, namespace, _preload_content=False)

@@ -117,8 +117,7 @@ class KeepAlive:
             response = conn.getresponse()
             data = response.read()
         except (OSError, http.client.HTTPException) as e:
-            self._drop()
-            raise ConnectionError(f"API server {self._host}:{self._port}: {e!r}") from e
+            raise self._lost(e) from e
         if response.will_close:
             self._drop()
         return Reply(response.status, response.reason, data)
@@ -156,13 +155,17 @@ class KeepAlive:
             try:
                 conn.connect()  # bounded: nothing has been sent yet
             except OSError as e:
-                self._drop()
-                raise ConnectionError(f"API server {self._host}:{self._port}: {e!r}") from e
+                raise self._lost(e) from e
             # then unbounded, as the client's pool is: a POST whose answer is given up
             # on may still have bound the pod, and the bind would be answered as failed
             sock: Any = conn.sock
             sock.settimeout(None)
         return conn
+
+    def _lost(self, error: Exception) -> ConnectionError:
+        """The thread's connection is dropped; the error names the server."""
+        self._drop()
+        return ConnectionError(f"API server {self._host}:{self._port}: {error!r}")
 
     def _drop(self) -> None:
         conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
