@@ -95,7 +95,9 @@ def test_the_readme_walk_through_reports_schedules_and_bills(tmp_path: Path) -> 
     ml = [ln.split() for ln in bill.splitlines() if ln.startswith("ml ")]
     assert ml and ml[0][1] == "1"  # one allocation, billed to namespace ml, at a price
     assert "unpriced" not in bill and "UNPRICED" not in bill
-    assert all("401" not in log.read_text() for log in logs[1:])
+    # no report refused for its token ("report dropped", reason http_401); a bare "401"
+    # also matched the agent's random metrics port in its start line (e.g. 40159)
+    assert all('"http_401"' not in log.read_text() for log in logs[1:])
     said = logs[0].read_text()
     assert said.count("agent reports are authenticated by the shared token in agent-token") == 1
     assert "a-token-for-this-test" not in said  # the file is named, the token never
