@@ -43,6 +43,9 @@ class Settings(BaseSettings):
     # pod's filter does not do it (extender/scheduling/hotshapes.py); 0 turns it off
     refresh_shapes: int = Field(2, ge=0)
     refresh_window: float = Field(10.0, ge=0)
+    # a new pod shape's pass over 1,024 nodes or more is shared with a helper thread on a
+    # second CPU (extender/scoring/helper.h); off where the extender has one CPU to run on
+    scoring_helper: bool = True
     margin_mib: int = Field(512, ge=0, description="safety margin kept free on each GPU")
     idle_mib: int = Field(1024, ge=0, description="used memory below which a GPU counts idle")
     price_file: str | None = None

@@ -37,6 +37,7 @@ from extender.pricing import load_pricebook
 from extender.scheduling.binder import Binder, InProcessBinder
 from extender.scheduling.service import SchedulingService, ServiceConfig
 from extender.scoring import Limits, Weights, policy_by_name
+from extender.scoring.fragmentation import share_passes
 from extender.settings import Settings
 from extender.state.gauges import attach_nodes
 from extender.state.inventory import Inventory
@@ -56,6 +57,7 @@ class Built:
 def build(settings: Settings, clock: Clock | None = None, binder: Binder | None = None) -> Built:
     """Standalone (in-process binder) unless a kubeconfig or in-cluster config is set."""
     clock = clock or SystemClock()
+    share_passes(settings.scoring_helper)
     api = None
     if settings.kubeconfig or settings.in_cluster:
         api = api_client(settings.kubeconfig)

@@ -93,6 +93,13 @@ def greedy_scores(
     return fits, raw
 
 
+def share_passes(on: bool) -> None:
+    """Whether ``greedy_scores`` may share a pass over 1,024 rows or more with the
+    kernel's helper thread (``helper.h``): the same answers, about 1.7x sooner on two idle
+    CPUs (docs/BENCHMARKS.md, "A second CPU for a new shape's pass")."""
+    kernel.share(on)
+
+
 def fragmentation_of(b: GpuBatch, lim: Limits, mix: Mix) -> Floats:
     """F per node of ``b`` (MiB, as float64)."""
     return _value(b, np.arange(len(b), dtype=np.int64), lim, mix, None)

@@ -8,6 +8,9 @@ Here it is one pass, a node at a time.
 Compiled ahead of time by pip, not on the request path: nothing to build at start-up, no
 cache directory (issue 28).
 
+A long pass is shared with a helper thread on a second CPU (helper.h, "the pass" below):
+each row is computed by one thread as it would be alone, so the answers are the same.
+
 Two more things a new shape's filter needs over every node live here for the same reason:
 nodes in a state already placed get its answer copied ("equal nodes" below), and the
 blend of the scores with the price term, with the best node found in the same pass
@@ -26,6 +29,10 @@ no NumPy headers. [slot, node] arrays are slot-major: element (j, n) at j * node
 #include <Python.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "helper.h"
 
 #define WHOLE (-1)     /* a whole-GPU ask or shape (batch.WHOLE) */
 #define MAX_SLOTS 64   /* plain GPUs per node the kernel takes */
@@ -201,10 +208,13 @@ typedef struct {
     int *room_before, *room_after;
 } Node;
 
-/* The per-shape arrays of `nd` for `shapes` shapes, in one block (NULL: no memory). */
+/* The per-shape arrays of `nd` for `shapes` shapes, in one block of whole cache lines
+   (two threads' blocks never share one, helper.h); NULL: no memory. Freed with free(). */
 static void *scratch(Node *nd, Py_ssize_t shapes) {
     size_t s = (size_t)(shapes > 0 ? shapes : 1);
-    char *p = PyMem_Calloc(1, s * (sizeof(double) + 2 * sizeof(int)));
+    size_t size = (s * (sizeof(double) + 2 * sizeof(int)) + 63) / 64 * 64;
+    char *p = aligned_alloc(64, size);
+    if (p) memset(p, 0, size);
     if (!p) {
         PyErr_NoMemory();
         return NULL;
@@ -433,6 +443,144 @@ static const int64_t *states_arg(Args *a, PyObject *obj, Py_ssize_t nodes, const
     return ids;
 }
 
+/* ---------------------------------------------------------------- the pass */
+
+#define SHARE_ROWS 1024 /* a pass over fewer rows runs on the caller alone */
+#define CHUNK 128       /* rows taken at a time (helper.h) */
+
+/* One `scores` pass: its inputs, read-only while it runs, its outputs (each row written
+   by the thread that took it), and the counter the threads take rows from. */
+typedef struct {
+    Batch b;
+    Mix mix;
+    Py_ssize_t r, n;
+    int64_t count, ask, rule, cpu, mem, margin, idle_mib;
+    int by_free;
+    double tie, strand_w;
+    const int64_t *rows, *states;
+    const char *cand;
+    char *fits;
+    double *raw;
+    int64_t *picks;
+    /* chunks not taken yet: (first << 32) | one past the last; a cache line of its own */
+    uint64_t ends __attribute__((aligned(64)));
+} Pass;
+
+/* What each thread keeps of its own: the node's scratch, the mean pod (its size cache
+   is written as nodes are read) and the rows it placed per state id. */
+typedef struct {
+    Node node;
+    void *block;
+    PerPod pod;
+    Py_ssize_t *first; /* per state id: the row placed for it, -1 none yet; NULL: no ids */
+} __attribute__((aligned(64))) Worker; /* no cache line written by both threads */
+
+/* Row i of the pass: copied from a row of the same state this thread placed, or placed. */
+static void score_row(const Pass *p, Worker *w, Py_ssize_t i) {
+    const Batch *b = &p->b;
+    Node *nd = &w->node;
+    Py_ssize_t at = p->rows[i], r = p->r;
+    int64_t count = p->count, ask = p->ask;
+    p->fits[i] = 0;
+    p->raw[i] = 0.0;
+    for (int64_t k = 0; k < count; k++) p->picks[k * r + i] = -1;
+    if (at < 0) return;
+    if (w->first) {
+        Py_ssize_t same = w->first[p->states[at]];
+        if (same >= 0) {
+            p->fits[i] = p->fits[same];
+            p->raw[i] = p->raw[same];
+            for (int64_t k = 0; k < count; k++) p->picks[k * r + i] = p->picks[k * r + same];
+            return;
+        }
+        w->first[p->states[at]] = i;
+    }
+    if (!p->cand && ((p->rule == ON_DEMAND_ONLY && b->spot[at]) ||
+                     (p->rule == SPOT_ONLY && !b->spot[at]) || b->cpu_free[at] < p->cpu ||
+                     b->mem_free[at] < p->mem))
+        return; /* given candidates are the caller's choice: fit was checked there */
+    int64_t can = load(nd, b, at, ask, p->margin, p->idle_mib);
+    if (p->cand) {
+        can = 0;
+        for (Py_ssize_t j = 0; j < b->slots; j++) can += nd->cand[j] = p->cand[j * r + i] != 0;
+    }
+    if (can < count) return;
+    p->fits[i] = 1;
+    rooms(nd, b, &p->mix, at, i, p->cpu, p->mem);
+    double before, after;
+    place(nd, &p->mix, count, p->by_free, &before, &after, &p->picks[i], r);
+    /* what the pod commits over its slots, and the chosen GPUs' fill after */
+    int64_t added = 0, chosen = 0, used = 0;
+    for (int64_t k = 0; k < count; k++) {
+        Py_ssize_t s = p->picks[k * r + i] * b->nodes + at;
+        int64_t tk = b->total[s], unit = ask == WHOLE ? tk : ask;
+        int64_t c = b->committed[s] + unit;
+        added += unit;
+        chosen += tk;
+        used += tk < c ? tk : c;
+    }
+    double fill = 0.0, strand = 0.0;
+    if (p->tie != 0.0) {
+        double node = ratio(b->node_committed[at] + added, b->node_total[at]);
+        fill = 0.5 * ratio(used, chosen) + 0.5 * (node < 1.0 ? node : 1.0);
+    }
+    if (p->strand_w != 0.0)
+        strand = stranding_delta(b, &w->pod, at, p->cpu, p->mem, (double)added);
+    p->raw[i] = -((after - before) / 1024) - p->strand_w * strand + p->tie * fill;
+}
+
+typedef struct {
+    Pass *pass;
+    Worker workers[2];
+} Shared;
+
+/* The next chunk, from the front or from the back; -1 when the two ends have met.
+   `ends` packs (front << 32) | back. */
+static Py_ssize_t next_chunk(Pass *p, int from_back) {
+    uint64_t ends = __atomic_load_n(&p->ends, __ATOMIC_RELAXED), taken;
+    do {
+        uint64_t front = ends >> 32, back = ends & 0xffffffffu;
+        if (front >= back) return -1;
+        taken = from_back ? back - 1 : front;
+        uint64_t want = from_back ? (front << 32) | (back - 1) : ((front + 1) << 32) | back;
+        if (__atomic_compare_exchange_n(&p->ends, &ends, want, 0, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED))
+            return (Py_ssize_t)taken;
+    } while (1);
+}
+
+static Py_ssize_t helped_rows; /* rows the helper scored, until helped() reads them */
+
+/* run_shared's job: chunks of rows until none are left. A thread on an even CPU takes
+   them from the front, one on an odd CPU from the back, so each CPU reads about the
+   same rows from one pass to the next and finds them in its own cache (the columns of
+   5,000 nodes are about 1 MB; read from the other core's, the pass took twice as long).
+   Two threads on CPUs of one parity both take from the front: slower, the same bits. */
+static void score_chunks(void *arg, int who) {
+    Shared *sh = arg;
+    Pass *p = sh->pass;
+    int from_back = sched_getcpu() % 2 == 1; /* -1, unknown: the front */
+    for (Py_ssize_t c; (c = next_chunk(p, from_back)) >= 0;) {
+        Py_ssize_t lo = c * CHUNK, hi = lo + CHUNK < p->r ? lo + CHUNK : p->r;
+        for (Py_ssize_t i = lo; i < hi; i++) score_row(p, &sh->workers[who], i);
+        if (who) __atomic_fetch_add(&helped_rows, hi - lo, __ATOMIC_RELAXED);
+    }
+}
+
+/* A worker's scratch and state table (n possible ids when `ids`); -1 and an error set
+   when out of memory. Called with the interpreter lock. */
+static int worker_init(Worker *w, const Pass *p, const PerPod *pod, int ids) {
+    w->pod = *pod;
+    if (!(w->block = scratch(&w->node, p->mix.shapes))) return -1;
+    if (!ids) return 0;
+    if (!(w->first = PyMem_Malloc((size_t)p->n * sizeof(Py_ssize_t)))) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t s = 0; s < p->n; s++) w->first[s] = -1;
+    return 0;
+}
+
 /* ---------------------------------------------------------------- entry points */
 
 PyDoc_STRVAR(scores_doc,
@@ -442,106 +590,81 @@ PyDoc_STRVAR(scores_doc,
              "fits). states: None, or each node's state id (rowstates.py: a state is\n"
              "placed once); demand: (count, ask, rule, cpu, memory); limits: (margin, idle);\n"
              "options: (by_free, tie, stranding, cand or None: [slot, row] candidates the caller\n"
-             "chose, capacity type and host fit not checked again); out: (fits, raw, picks).");
+             "chose, capacity type and host fit not checked again); out: (fits, raw, picks).\n"
+             "Long passes are shared with a helper thread (share()).");
 
 static PyObject *scores(PyObject *self, PyObject *args) {
-    Py_ssize_t g, n;
+    Py_ssize_t g;
     long long count, ask, rule, cpu, mem, margin, idle_mib;
-    int by_free;
-    double tie, strand_w;
     PyObject *bt, *rows_o, *states_o, *mt, *pt, *cand_o, *fits_o, *raw_o, *picks_o;
     (void)self;
-    if (!PyArg_ParseTuple(args, "nnOOO(LLLLL)(LL)OO(pddO)(OOO)", &g, &n, &bt, &rows_o, &states_o,
-                          &count, &ask, &rule, &cpu, &mem, &margin, &idle_mib, &mt, &pt, &by_free,
-                          &tie, &strand_w, &cand_o, &fits_o, &raw_o, &picks_o))
+    Pass p = {0};
+    if (!PyArg_ParseTuple(args, "nnOOO(LLLLL)(LL)OO(pddO)(OOO)", &g, &p.n, &bt, &rows_o,
+                          &states_o, &count, &ask, &rule, &cpu, &mem, &margin, &idle_mib, &mt,
+                          &pt, &p.by_free, &p.tie, &p.strand_w, &cand_o, &fits_o, &raw_o,
+                          &picks_o))
         return NULL;
+    p.count = count, p.ask = ask, p.rule = rule, p.cpu = cpu, p.mem = mem;
+    p.margin = margin, p.idle_mib = idle_mib;
     Args a = {0};
-    Batch b;
-    Mix mix;
     PerPod pod;
+    Shared sh = {.pass = &p};
     PyObject *result = NULL;
-    Node node, *nd = &node;
-    void *block = NULL;
-    Py_ssize_t *first = NULL; /* per state id: the position placed for it, -1 none yet */
-    Py_ssize_t r = 0;
-    const int64_t *rows, *states = NULL;
-    const char *cand = NULL;
-    char *fits;
-    double *raw;
-    int64_t *picks;
-    if (check_sizes(g, n) < 0 || count < 0 || batch_args(&a, bt, g, n, &b) < 0 ||
-        !(rows = rows_arg(&a, rows_o, n, 1, &r)) || mix_args(&a, mt, r, &mix) < 0 ||
+    if (check_sizes(g, p.n) < 0 || count < 0 || batch_args(&a, bt, g, p.n, &p.b) < 0 ||
+        !(p.rows = rows_arg(&a, rows_o, p.n, 1, &p.r)) || mix_args(&a, mt, p.r, &p.mix) < 0 ||
         pod_args(&a, pt, &pod) < 0 ||
-        (states_o != Py_None && !(states = states_arg(&a, states_o, n, rows, r))) ||
-        (cand_o != Py_None && !(cand = borrow(&a, cand_o, "cand", 1, g * r, 0))) ||
-        !(fits = borrow(&a, fits_o, "fits", 1, r, 1)) ||
-        !(raw = borrow(&a, raw_o, "raw", 8, r, 1)) ||
-        !(picks = borrow(&a, picks_o, "picks", 8, count * r, 1)) ||
-        !(block = scratch(nd, mix.shapes)))
+        (states_o != Py_None && !(p.states = states_arg(&a, states_o, p.n, p.rows, p.r))) ||
+        (cand_o != Py_None && !(p.cand = borrow(&a, cand_o, "cand", 1, g * p.r, 0))) ||
+        !(p.fits = borrow(&a, fits_o, "fits", 1, p.r, 1)) ||
+        !(p.raw = borrow(&a, raw_o, "raw", 8, p.r, 1)) ||
+        !(p.picks = borrow(&a, picks_o, "picks", 8, count * p.r, 1)))
         goto done;
-    if (states && !cand && r > 1) {
-        if (!(first = PyMem_Malloc((size_t)n * sizeof(Py_ssize_t)))) {
-            PyErr_NoMemory();
-            goto done;
-        }
-        for (Py_ssize_t s = 0; s < n; s++) first[s] = -1;
-    }
+    int ids = p.states && !p.cand && p.r > 1, shared = p.r >= SHARE_ROWS;
+    p.ends = (uint64_t)((p.r + CHUNK - 1) / CHUNK);
+    if (worker_init(&sh.workers[0], &p, &pod, ids) < 0 ||
+        (shared && worker_init(&sh.workers[1], &p, &pod, ids) < 0))
+        goto done;
     Py_BEGIN_ALLOW_THREADS;
-    for (Py_ssize_t i = 0; i < r; i++) {
-        Py_ssize_t at = rows[i];
-        fits[i] = 0;
-        raw[i] = 0.0;
-        for (int64_t k = 0; k < count; k++) picks[k * r + i] = -1;
-        if (at < 0) continue;
-        Py_ssize_t same = -1;
-        if (first) {
-            same = first[states[at]];
-            if (same < 0) first[states[at]] = i;
-        }
-        if (same >= 0) {
-            fits[i] = fits[same];
-            raw[i] = raw[same];
-            for (int64_t k = 0; k < count; k++) picks[k * r + i] = picks[k * r + same];
-            continue;
-        }
-        if (!cand && ((rule == ON_DEMAND_ONLY && b.spot[at]) || (rule == SPOT_ONLY && !b.spot[at]) ||
-                      b.cpu_free[at] < cpu || b.mem_free[at] < mem))
-            continue; /* given candidates are the caller's choice: fit was checked there */
-        int64_t can = load(nd, &b, at, ask, margin, idle_mib);
-        if (cand) {
-            can = 0;
-            for (Py_ssize_t j = 0; j < g; j++) can += nd->cand[j] = cand[j * r + i] != 0;
-        }
-        if (can < count) continue;
-        fits[i] = 1;
-        rooms(nd, &b, &mix, at, i, cpu, mem);
-        double before, after;
-        place(nd, &mix, count, by_free, &before, &after, &picks[i], r);
-        /* what the pod commits over its slots, and the chosen GPUs' fill after */
-        int64_t added = 0, chosen = 0, used = 0;
-        for (int64_t k = 0; k < count; k++) {
-            Py_ssize_t s = picks[k * r + i] * n + at;
-            int64_t tk = b.total[s], unit = ask == WHOLE ? tk : ask;
-            int64_t c = b.committed[s] + unit;
-            added += unit;
-            chosen += tk;
-            used += tk < c ? tk : c;
-        }
-        double fill = 0.0, strand = 0.0;
-        if (tie != 0.0) {
-            double node = ratio(b.node_committed[at] + added, b.node_total[at]);
-            fill = 0.5 * ratio(used, chosen) + 0.5 * (node < 1.0 ? node : 1.0);
-        }
-        if (strand_w != 0.0) strand = stranding_delta(&b, &pod, at, cpu, mem, (double)added);
-        raw[i] = -((after - before) / 1024) - strand_w * strand + tie * fill;
-    }
+    if (shared)
+        run_shared(score_chunks, &sh);
+    else
+        score_chunks(&sh, 0);
     Py_END_ALLOW_THREADS;
     result = Py_NewRef(Py_None);
 done:
     release(&a);
-    PyMem_Free(first);
-    PyMem_Free(block);
+    for (int k = 0; k < 2; k++) {
+        PyMem_Free(sh.workers[k].first);
+        free(sh.workers[k].block);
+    }
     return result;
+}
+
+PyDoc_STRVAR(helped_doc,
+             "helped() -> int\n\n"
+             "Rows the helper thread scored since the last call (tests: the shared pass ran).");
+
+static PyObject *helped(PyObject *self, PyObject *unused) {
+    (void)self, (void)unused;
+    return PyLong_FromSsize_t(__atomic_exchange_n(&helped_rows, 0, __ATOMIC_RELAXED));
+}
+
+PyDoc_STRVAR(share_doc,
+             "share(on) -> bool\n\n"
+             "Whether long passes of scores() may use the helper thread (helper.h; on by\n"
+             "default, started on first use or here); returns the previous setting.");
+
+static PyObject *share(PyObject *self, PyObject *arg) {
+    (void)self;
+    int on = PyObject_IsTrue(arg);
+    if (on < 0) return NULL;
+    int was = helper.enabled;
+    helper.enabled = on;
+    if (on && pthread_mutex_trylock(&helper.owner) == 0) { /* started now, not in a filter */
+        helper_ready();
+        pthread_mutex_unlock(&helper.owner);
+    }
+    return PyBool_FromLong(was);
 }
 
 PyDoc_STRVAR(value_doc,
@@ -582,7 +705,7 @@ static PyObject *value(PyObject *self, PyObject *args) {
     result = Py_NewRef(Py_None);
 done:
     release(&a);
-    PyMem_Free(block);
+    free(block);
     return result;
 }
 
@@ -675,6 +798,8 @@ static PyMethodDef methods[] = {
     {"value", value, METH_VARARGS, value_doc},
     {"stranding", stranding, METH_VARARGS, stranding_doc},
     {"blend", blend, METH_VARARGS, blend_doc},
+    {"share", share, METH_O, share_doc},
+    {"helped", helped, METH_NOARGS, helped_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,0 +1,143 @@
+"""The scoring kernel's long passes shared with a helper thread (``kernel.c``'s
+``score_chunks``, ``helper.h``): the answers are the very bits the caller alone computes,
+whichever thread took which rows, and a forked child gets a helper of its own.
+
+The helper takes part only when it wakes in time and has a CPU, so each test repeats
+the pass until ``kernel.helped()`` says it scored rows; with one CPU to run on no helper is
+started and those tests are skipped."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from extender.scoring import kernel
+from extender.scoring.batch import GpuBatch
+from extender.scoring.fragmentation import _scores
+from extender.scoring.model import CapacityPref, GpuDemand, GpuView, Limits, NodeView, Shape
+from tests.support import running_extender
+
+two_cpus = pytest.mark.skipif(
+    len(os.sched_getaffinity(0)) < 2, reason="the helper thread needs a second CPU"
+)
+
+LIM = Limits()
+# seven shapes of one or two GPUs and growing memory, and a whole GPU
+MIX = (*((Shape(1 + k % 2, 2048 + 1500 * k), 1 / 8) for k in range(7)), (Shape(1, None), 1 / 8))
+TRIES = 300  # passes until the helper has taken part (it does within a few on two CPUs)
+
+
+def fleet(n: int) -> GpuBatch:
+    """n nodes: most in states of their own, every fifth one of a few shared states (the
+    pass copies those within each thread), some spot, some short of host CPU."""
+    views = []
+    for i in range(n):
+        used = [0, 0, 0, 0] if i % 5 == 0 else [256 + i, 2048 * (i % 4), (i * 37) % 20_000, 0]
+        gpus = tuple(GpuView(f"n{i}-{j}", j, "A10G", 24_576, u, 0, "") for j, u in enumerate(used))
+        views.append(
+            NodeView(
+                f"n{i}",
+                gpus,
+                "spot" if i % 3 == 0 else "on-demand",
+                "g5.12xlarge",
+                0.01,
+                version=1,
+                cpu_allocatable_milli=16_000,
+                cpu_requested_milli=15_900 if i % 11 == 0 else 1000,
+            )
+        )
+    return GpuBatch.from_views(views, LIM)
+
+
+DEMANDS = [
+    GpuDemand(count=1, memory_mib=3000, cpu_milli=500),
+    GpuDemand(count=2, memory_mib=9000, capacity=CapacityPref.ON_DEMAND),
+    GpuDemand(count=1, memory_mib=None),  # a whole GPU
+]
+
+
+def rows_of(n: int) -> np.ndarray:
+    """Every row in a shuffled order, and unknown nodes (-1) among them."""
+    rows = np.random.default_rng(3).permutation(n).astype(np.int64)
+    rows[::97] = -1
+    return rows
+
+
+def alone_and_shared(b: GpuBatch, rows: np.ndarray, demand: GpuDemand) -> tuple[tuple, tuple]:
+    """The pass by the caller alone, then shared until the helper scored some of it."""
+
+    def scored() -> tuple:
+        return _scores(b, rows, demand, LIM, MIX, True, 0.3, 1.0, None)
+
+    kernel.share(False)
+    try:
+        alone = scored()
+    finally:
+        kernel.share(True)
+    kernel.helped()
+    for _ in range(TRIES):
+        shared = scored()
+        if kernel.helped():
+            return alone, shared
+    pytest.fail(f"the helper took no row in {TRIES} passes on {os.sched_getaffinity(0)}")
+
+
+def same_bits(a: tuple, b: tuple) -> bool:
+    return all(x.tobytes() == y.tobytes() for x, y in zip(a, b, strict=True))
+
+
+@two_cpus
+@pytest.mark.parametrize("demand", DEMANDS, ids=["one GPU", "two on-demand", "whole GPU"])
+def test_a_shared_pass_gives_the_bits_the_caller_alone_gives(demand: GpuDemand) -> None:
+    b = fleet(4000)
+    alone, shared = alone_and_shared(b, rows_of(len(b)), demand)
+    assert alone[0].sum() > 1000  # most nodes fit: the answers compared are real scores
+    assert same_bits(alone, shared)
+
+
+@two_cpus
+def test_a_pass_too_short_to_share_is_the_callers() -> None:
+    b = fleet(1000)
+    kernel.helped()
+    for _ in range(20):
+        _scores(b, rows_of(len(b)), DEMANDS[0], LIM, MIX, True, 0.3, 1.0, None)
+    assert kernel.helped() == 0
+
+
+def _child(conn: Connection) -> None:
+    b = fleet(3000)
+    alone, shared = alone_and_shared(b, rows_of(len(b)), DEMANDS[0])
+    conn.send(same_bits(alone, shared))
+
+
+@two_cpus
+def test_a_forked_child_scores_with_a_helper_of_its_own() -> None:
+    """A child forked after the parent's helper started has no helper thread; it starts
+    its own, and its shared passes give the same bits (a child that kept the parent's
+    state would never be helped, or wait for a thread that does not exist)."""
+    b = fleet(2000)
+    alone_and_shared(b, rows_of(len(b)), DEMANDS[0])  # the parent's helper runs
+    ctx = multiprocessing.get_context("fork")
+    ours, theirs = ctx.Pipe()
+    child = ctx.Process(target=_child, args=(theirs,))
+    child.start()
+    child.join(timeout=120)
+    if child.is_alive():
+        child.kill()
+        pytest.fail("the forked child hung in a shared pass")
+    assert child.exitcode == 0
+    assert ours.poll() and ours.recv() is True
+
+
+def test_the_extender_shares_passes_as_its_settings_say(tmp_path: Path) -> None:
+    """``HEADROOM_SCORING_HELPER=false`` (one CPU for the extender) turns the helper off;
+    ``kernel.share`` answers what it was."""
+    with running_extender(tmp_path, scoring_helper=False):
+        assert kernel.share(True) is False
+    with running_extender(tmp_path):
+        assert kernel.share(True) is True
