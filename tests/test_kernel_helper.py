@@ -3,8 +3,8 @@
 whichever thread took which rows, and a forked child gets a helper of its own.
 
 The helper takes part only when it wakes in time and has a CPU, so each test repeats
-the pass until ``kernel.helped()`` says it scored rows; with one CPU to run on no helper is
-started and those tests are skipped."""
+the pass until ``kernel.helped()`` says it scored rows; with one CPU to run on (affinity,
+or a container's CPU limit under two) no helper is started and those tests are skipped."""
 
 from __future__ import annotations
 
@@ -22,9 +22,25 @@ from extender.scoring.fragmentation import _scores
 from extender.scoring.model import CapacityPref, GpuDemand, GpuView, Limits, NodeView, Shape
 from tests.support import running_extender
 
-two_cpus = pytest.mark.skipif(
-    len(os.sched_getaffinity(0)) < 2, reason="the helper thread needs a second CPU"
-)
+
+def cpu_limit() -> float:
+    """The container's CPU limit in CPUs (cgroup v2 cpu.max, else v1's CFS quota), 0 for
+    none: read here as an operator would, to say what the kernel should decide."""
+    v2 = Path("/sys/fs/cgroup/cpu.max")
+    if v2.exists():
+        quota, period = v2.read_text().split()
+        return 0.0 if quota == "max" else int(quota) / int(period)
+    v1 = Path("/sys/fs/cgroup/cpu")
+    try:
+        cfs_quota = int((v1 / "cpu.cfs_quota_us").read_text())
+        cfs_period = int((v1 / "cpu.cfs_period_us").read_text())
+    except (OSError, ValueError):
+        return 0.0
+    return cfs_quota / cfs_period if cfs_quota > 0 and cfs_period > 0 else 0.0
+
+
+TWO_CPUS = len(os.sched_getaffinity(0)) >= 2 and not 0 < cpu_limit() < 2
+two_cpus = pytest.mark.skipif(not TWO_CPUS, reason="the helper thread needs a second CPU")
 
 LIM = Limits()
 # seven shapes of one or two GPUs and growing memory, and a whole GPU
@@ -132,6 +148,13 @@ def test_a_forked_child_scores_with_a_helper_of_its_own() -> None:
         pytest.fail("the forked child hung in a shared pass")
     assert child.exitcode == 0
     assert ours.poll() and ours.recv() is True
+
+
+def test_a_helper_runs_where_there_is_a_second_cpu() -> None:
+    """Two CPUs in the affinity mask and no CPU limit under two: the helper is started
+    when sharing is turned on (not in the first filter); else it never is."""
+    kernel.share(True)
+    assert kernel.helping() is TWO_CPUS
 
 
 def test_the_extender_shares_passes_as_its_settings_say(tmp_path: Path) -> None:

@@ -11,7 +11,8 @@ How the work is split: the caller and the helper take chunks of rows, one from e
 end, until they meet (kernel.c's score_chunks: which end by the CPU each runs on, so
 each CPU's cache keeps the rows it read in the last pass). A helper that wakes late
 (30-100 us here), or never gets a CPU, costs nothing but its wake-up: the caller takes
-the chunks it did not. Nothing is split between the two but rows, each written by the
+the chunks it did not. Once it has taken a chunk the caller waits for it to finish it
+(128 rows, ~20 us), or longer if the helper is preempted then. Nothing is split between the two but rows, each written by the
 one that took it, so the answers are the same bits whichever thread computed them
 (tests/test_kernel_helper.py). Before it posts a pass the caller keeps the helper off
 its own CPU (affinity, set again only when the caller has moved): woken on the caller's
@@ -19,11 +20,15 @@ CPU, the helper waited for it.
 
 One helper for the process: a second pass that finds it busy runs alone. After a fork
 the child has no helper thread, so its state is reset there and the child starts its
-own on first use. With one CPU to run on (sched_getaffinity) no helper is started. */
+own on first use. With one CPU to run on (sched_getaffinity) or a CPU limit under two
+(a container's cgroup quota) no helper is started. */
 
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 typedef void (*Job)(void *arg, int who); /* who: 0 the caller, 1 the helper */
 
@@ -35,20 +40,22 @@ static struct {
     pthread_cond_t done;   /* the helper finished the job it took */
     pthread_mutex_t owner; /* held by the one pass using the helper */
     int state, started;    /* started: 0 not yet, 1 running, -1 never (one CPU, failure) */
-    int enabled;           /* kernel.share(): HEADROOM_SCORING_HELPER, tests, benchmarks */
+    int enabled; /* kernel.share(): HEADROOM_SCORING_HELPER, tests; read with __atomic */
     pthread_t thread;
     cpu_set_t allowed;     /* the CPUs the process may run on, when the helper started */
     int last_cpu;          /* the CPU the helper was kept off for the last pass */
     Job job;
     void *arg;
-} helper = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER,
-            PTHREAD_MUTEX_INITIALIZER, IDLE, 0, 1, NULL, NULL, .last_cpu = -1};
+} helper = {.lock = PTHREAD_MUTEX_INITIALIZER,
+            .wake = PTHREAD_COND_INITIALIZER,
+            .done = PTHREAD_COND_INITIALIZER,
+            .owner = PTHREAD_MUTEX_INITIALIZER,
+            .state = IDLE,
+            .enabled = 1,
+            .last_cpu = -1};
 
 static void *helper_main(void *unused) {
     (void)unused;
-    sigset_t all; /* signals go to the interpreter's threads, never to this one */
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, NULL);
     pthread_mutex_lock(&helper.lock);
     for (;;) {
         while (helper.state != POSTED) pthread_cond_wait(&helper.wake, &helper.lock);
@@ -75,23 +82,65 @@ static void helper_forked(void) {
     helper.last_cpu = -1;
 }
 
-/* Called with helper.owner held: whether a helper thread runs (starting it if need be). */
-static int helper_ready(void) {
-    if (helper.started == 0) {
-        pthread_attr_t attr;
-        static int registered;
-        helper.started = -1;
-        if (sched_getaffinity(0, sizeof helper.allowed, &helper.allowed) != 0 ||
-            CPU_COUNT(&helper.allowed) < 2)
-            return 0;
-        if (!registered && pthread_atfork(NULL, NULL, helper_forked) != 0) return 0;
-        registered = 1;
-        if (pthread_attr_init(&attr) != 0) return 0;
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        pthread_attr_setstacksize(&attr, 256 * 1024); /* two node scratch blocks at most */
-        if (pthread_create(&helper.thread, &attr, helper_main, NULL) == 0) helper.started = 1;
-        pthread_attr_destroy(&attr);
+/* The CPUs' worth of time a cgroup CPU limit gives the process (a container's
+   limits.cpu): cgroup v2's cpu.max, else v1's CFS quota; 0 when there is none. */
+static double cpu_limit(void) {
+    char quota[32] = "max";
+    long long period = 0, q = -1;
+    FILE *f = fopen("/sys/fs/cgroup/cpu.max", "r");
+    if (f) {
+        int read = fscanf(f, "%31s %lld", quota, &period);
+        fclose(f);
+        if (read != 2 || strcmp(quota, "max") == 0 || period <= 0) return 0;
+        return (double)strtoll(quota, NULL, 10) / (double)period;
     }
+    if ((f = fopen("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "r"))) {
+        if (fscanf(f, "%lld", &q) != 1) q = -1;
+        fclose(f);
+    }
+    if (q > 0 && (f = fopen("/sys/fs/cgroup/cpu/cpu.cfs_period_us", "r"))) {
+        if (fscanf(f, "%lld", &period) != 1) period = 0;
+        fclose(f);
+    }
+    return q > 0 && period > 0 ? (double)q / (double)period : 0;
+}
+
+/* The helper, started with every signal blocked (they go to the interpreter's threads,
+   never to this one); 0 on success. */
+static int helper_start(void) {
+    pthread_attr_t attr;
+    sigset_t all, was;
+    int failed;
+    if (pthread_attr_init(&attr) != 0) return -1;
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, 256 * 1024); /* two node scratch blocks at most */
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &was); /* the new thread inherits this mask */
+    failed = pthread_create(&helper.thread, &attr, helper_main, NULL);
+    pthread_sigmask(SIG_SETMASK, &was, NULL);
+    pthread_attr_destroy(&attr);
+    return failed;
+}
+
+/* Called with helper.owner held: whether a helper thread runs (starting it if need be:
+   not with one CPU to run on, by affinity or by a CPU limit under two). */
+static int helper_ready(void) {
+    static int registered;
+    if (helper.started != 0) return helper.started == 1;
+    helper.started = -1;
+    if (sched_getaffinity(0, sizeof helper.allowed, &helper.allowed) != 0 ||
+        CPU_COUNT(&helper.allowed) < 2)
+        return 0;
+    double limit = cpu_limit();
+    if (limit > 0 && limit < 2) return 0;
+    if (!registered && pthread_atfork(NULL, NULL, helper_forked) != 0) return 0;
+    registered = 1;
+    if (helper_start() == 0) helper.started = 1;
+    return helper.started == 1;
+}
+
+/* Whether a helper thread runs in this process. */
+static int helper_running(void) {
     return helper.started == 1;
 }
 
@@ -99,7 +148,8 @@ static int helper_ready(void) {
    returns when both have returned. The job must take its work in shares (either thread
    may do all of it). Called without the interpreter lock. */
 static void run_shared(Job job, void *arg) {
-    if (!helper.enabled || pthread_mutex_trylock(&helper.owner) != 0) {
+    if (!__atomic_load_n(&helper.enabled, __ATOMIC_RELAXED) ||
+        pthread_mutex_trylock(&helper.owner) != 0) {
         job(arg, 0);
         return;
     }

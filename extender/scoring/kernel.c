@@ -658,13 +658,22 @@ static PyObject *share(PyObject *self, PyObject *arg) {
     (void)self;
     int on = PyObject_IsTrue(arg);
     if (on < 0) return NULL;
-    int was = helper.enabled;
-    helper.enabled = on;
+    int was = __atomic_exchange_n(&helper.enabled, on, __ATOMIC_RELAXED);
     if (on && pthread_mutex_trylock(&helper.owner) == 0) { /* started now, not in a filter */
         helper_ready();
         pthread_mutex_unlock(&helper.owner);
     }
     return PyBool_FromLong(was);
+}
+
+PyDoc_STRVAR(helping_doc,
+             "helping() -> bool\n\n"
+             "Whether a helper thread runs in this process (none with one CPU or a CPU limit\n"
+             "under two; started by share(True) or the first long pass).");
+
+static PyObject *helping(PyObject *self, PyObject *unused) {
+    (void)self, (void)unused;
+    return PyBool_FromLong(helper_running());
 }
 
 PyDoc_STRVAR(value_doc,
@@ -800,6 +809,7 @@ static PyMethodDef methods[] = {
     {"blend", blend, METH_VARARGS, blend_doc},
     {"share", share, METH_O, share_doc},
     {"helped", helped, METH_NOARGS, helped_doc},
+    {"helping", helping, METH_NOARGS, helping_doc},
     {NULL, NULL, 0, NULL},
 };
 
