@@ -43,7 +43,7 @@ class Settings(BaseSettings):
     # pod's filter does not do it (extender/scheduling/hotshapes.py); 0 turns it off
     refresh_shapes: int = Field(2, ge=0)
     refresh_window: float = Field(10.0, ge=0)
-    # a new pod shape's pass over 1,024 nodes or more is shared with a helper thread on a
+    # a new pod shape's pass over 2,048 nodes or more is shared with a helper thread on a
     # second CPU (extender/scoring/helper.h); off where the extender has one CPU to run on
     scoring_helper: bool = True
     margin_mib: int = Field(512, ge=0, description="safety margin kept free on each GPU")

@@ -42,9 +42,9 @@ ROOT = Path(__file__).resolve().parents[1]
         ("bench/names.py", ["--nodes", "30", "--reads", "3"], "| simulated (node-00042) |"),
         (
             "bench/kernelpass.py",
-            ["--nodes", "1100", "--passes", "3", "--rounds", "1", "--pause-ms", "0"],
+            ["--nodes", "2100", "--passes", "3", "--rounds", "1", "--pause-ms", "0"],
             "the two ways give the same bits: True",
-        ),  # 1,100 nodes: over the 1,024 from which a pass is shared
+        ),  # 2,100 nodes: over the 2,048 from which a pass is shared
         pytest.param(
             "bench/bindpost.py",
             ["--pods", "12", "--rounds", "1"],

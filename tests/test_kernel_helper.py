@@ -118,7 +118,7 @@ def test_a_shared_pass_gives_the_bits_the_caller_alone_gives(demand: GpuDemand) 
 
 @two_cpus
 def test_a_pass_too_short_to_share_is_the_callers() -> None:
-    b = fleet(1000)
+    b = fleet(2000)  # under the 2,048 rows from which a pass is shared
     kernel.helped()
     for _ in range(20):
         _scores(b, rows_of(len(b)), DEMANDS[0], LIM, MIX, True, 0.3, 1.0, None)
@@ -136,7 +136,7 @@ def test_a_forked_child_scores_with_a_helper_of_its_own() -> None:
     """A child forked after the parent's helper started has no helper thread; it starts
     its own, and its shared passes give the same bits (a child that kept the parent's
     state would never be helped, or wait for a thread that does not exist)."""
-    b = fleet(2000)
+    b = fleet(2500)
     alone_and_shared(b, rows_of(len(b)), DEMANDS[0])  # the parent's helper runs
     ctx = multiprocessing.get_context("fork")
     ours, theirs = ctx.Pipe()

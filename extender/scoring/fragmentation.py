@@ -94,7 +94,7 @@ def greedy_scores(
 
 
 def share_passes(on: bool) -> None:
-    """Whether ``greedy_scores`` may share a pass over 1,024 rows or more with the
+    """Whether ``greedy_scores`` may share a pass over 2,048 rows or more with the
     kernel's helper thread (``helper.h``): the same answers, about 1.7x sooner on two idle
     CPUs (docs/BENCHMARKS.md, "A second CPU for a new shape's pass")."""
     kernel.share(on)

@@ -445,7 +445,10 @@ static const int64_t *states_arg(Args *a, PyObject *obj, Py_ssize_t nodes, const
 
 /* ---------------------------------------------------------------- the pass */
 
-#define SHARE_ROWS 1024 /* a pass over fewer rows runs on the caller alone */
+/* A pass over fewer rows runs on the caller alone: below it the helper's wake-up (30-100 us)
+   ate most of what it saved (bench/kernelpass.py: 1.1x at 1,100 rows back to back, 0.9-1.4x
+   with the other CPU idle in between; 1.2-1.5x and 1.0-1.2x at 2,000). */
+#define SHARE_ROWS 2048
 #define CHUNK 128       /* rows taken at a time (helper.h) */
 
 /* One `scores` pass: its inputs, read-only while it runs, its outputs (each row written
