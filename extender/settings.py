@@ -44,7 +44,8 @@ class Settings(BaseSettings):
     refresh_shapes: int = Field(2, ge=0)
     refresh_window: float = Field(10.0, ge=0)
     # a new pod shape's pass over 2,048 nodes or more is shared with a helper thread on a
-    # second CPU (extender/scoring/helper.h); off where the extender has one CPU to run on
+    # second CPU (extender/scoring/helper.h); never started with one CPU or a CPU limit
+    # under 2, and false turns it off anywhere
     scoring_helper: bool = True
     margin_mib: int = Field(512, ge=0, description="safety margin kept free on each GPU")
     idle_mib: int = Field(1024, ge=0, description="used memory below which a GPU counts idle")

@@ -11,12 +11,12 @@ How the work is split: the caller and the helper take chunks of rows, one from e
 end, until they meet (kernel.c's score_chunks: which end by the CPU each runs on, so
 each CPU's cache keeps the rows it read in the last pass). A helper that wakes late
 (30-100 us here), or never gets a CPU, costs nothing but its wake-up: the caller takes
-the chunks it did not. Once it has taken a chunk the caller waits for it to finish it
-(128 rows, ~20 us), or longer if the helper is preempted then. Nothing is split between the two but rows, each written by the
-one that took it, so the answers are the same bits whichever thread computed them
-(tests/test_kernel_helper.py). Before it posts a pass the caller keeps the helper off
-its own CPU (affinity, set again only when the caller has moved): woken on the caller's
-CPU, the helper waited for it.
+the chunks it did not. Once the helper has taken a chunk the caller waits for it to
+finish it (128 rows, ~20 us), or longer if the helper is preempted then. Nothing is
+split between the two but rows, each written by the one that took it, so the answers
+are the same bits whichever thread computed them (tests/test_kernel_helper.py). Before
+it posts a pass the caller keeps the helper off its own CPU (affinity, set again only
+when the caller has moved): woken on the caller's CPU, the helper waited for it.
 
 One helper for the process: a second pass that finds it busy runs alone. After a fork
 the child has no helper thread, so its state is reset there and the child starts its
@@ -27,8 +27,6 @@ own on first use. With one CPU to run on (sched_getaffinity) or a CPU limit unde
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 typedef void (*Job)(void *arg, int who); /* who: 0 the caller, 1 the helper */
 
@@ -82,27 +80,30 @@ static void helper_forked(void) {
     helper.last_cpu = -1;
 }
 
+/* The first number in a file; -1 when it cannot be read ("max" included). */
+static long long number_in(const char *path) {
+    long long value = -1;
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    if (fscanf(f, "%lld", &value) != 1) value = -1;
+    fclose(f);
+    return value;
+}
+
 /* The CPUs' worth of time a cgroup CPU limit gives the process (a container's
-   limits.cpu): cgroup v2's cpu.max, else v1's CFS quota; 0 when there is none. */
+   limits.cpu): cgroup v2's cpu.max ("quota period", or "max period" for none), else
+   v1's CFS quota (-1 for none); 0 when there is none. */
 static double cpu_limit(void) {
-    char quota[32] = "max";
-    long long period = 0, q = -1;
+    long long quota, period = 0;
     FILE *f = fopen("/sys/fs/cgroup/cpu.max", "r");
     if (f) {
-        int read = fscanf(f, "%31s %lld", quota, &period);
+        if (fscanf(f, "%lld %lld", &quota, &period) != 2) quota = -1; /* "max": none */
         fclose(f);
-        if (read != 2 || strcmp(quota, "max") == 0 || period <= 0) return 0;
-        return (double)strtoll(quota, NULL, 10) / (double)period;
+    } else {
+        quota = number_in("/sys/fs/cgroup/cpu/cpu.cfs_quota_us");
+        period = number_in("/sys/fs/cgroup/cpu/cpu.cfs_period_us");
     }
-    if ((f = fopen("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "r"))) {
-        if (fscanf(f, "%lld", &q) != 1) q = -1;
-        fclose(f);
-    }
-    if (q > 0 && (f = fopen("/sys/fs/cgroup/cpu/cpu.cfs_period_us", "r"))) {
-        if (fscanf(f, "%lld", &period) != 1) period = 0;
-        fclose(f);
-    }
-    return q > 0 && period > 0 ? (double)q / (double)period : 0;
+    return quota > 0 && period > 0 ? (double)quota / (double)period : 0;
 }
 
 /* The helper, started with every signal blocked (they go to the interpreter's threads,
@@ -144,27 +145,32 @@ static int helper_running(void) {
     return helper.started == 1;
 }
 
+/* Called with helper.owner held: the helper off the caller's CPU, so that woken by the
+   caller it is not queued behind it (set again only when the caller has moved). */
+static void keep_off_caller(void) {
+    int cpu = sched_getcpu();
+    if (cpu < 0 || cpu == helper.last_cpu || !CPU_ISSET(cpu, &helper.allowed)) return;
+    cpu_set_t others = helper.allowed;
+    CPU_CLR(cpu, &others);
+    pthread_setaffinity_np(helper.thread, sizeof others, &others);
+    helper.last_cpu = cpu;
+}
+
 /* job(arg, 0) here and, when the helper is free, job(arg, 1) on it at the same time;
    returns when both have returned. The job must take its work in shares (either thread
    may do all of it). Called without the interpreter lock. */
 static void run_shared(Job job, void *arg) {
-    if (!__atomic_load_n(&helper.enabled, __ATOMIC_RELAXED) ||
-        pthread_mutex_trylock(&helper.owner) != 0) {
-        job(arg, 0);
-        return;
-    }
-    if (!helper_ready()) {
+    int mine = __atomic_load_n(&helper.enabled, __ATOMIC_RELAXED) &&
+               pthread_mutex_trylock(&helper.owner) == 0;
+    if (mine && !helper_ready()) {
         pthread_mutex_unlock(&helper.owner);
+        mine = 0;
+    }
+    if (!mine) {
         job(arg, 0);
         return;
     }
-    int cpu = sched_getcpu();
-    if (cpu >= 0 && cpu != helper.last_cpu && CPU_ISSET(cpu, &helper.allowed)) {
-        cpu_set_t others = helper.allowed;
-        CPU_CLR(cpu, &others);
-        pthread_setaffinity_np(helper.thread, sizeof others, &others);
-        helper.last_cpu = cpu;
-    }
+    keep_off_caller();
     pthread_mutex_lock(&helper.lock);
     helper.job = job;
     helper.arg = arg;
