@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
         (
             "bench/kernelpass.py",
             ["--nodes", "2100", "--passes", "3", "--rounds", "1", "--pause-ms", "0"],
-            "the two ways give the same bits: True",
+            "the four ways give the same bits: True",
         ),  # 2,100 nodes: over the 2,048 from which a pass is shared
         pytest.param(
             "bench/bindpost.py",

@@ -10,6 +10,8 @@ cache directory (issue 28).
 
 A long pass is shared with a helper thread on a second CPU (helper.h, "the pass" below):
 each row is computed by one thread as it would be alone, so the answers are the same.
+On nodes of 4 or 8 GPUs the trial placements run in AVX2 lanes where the CPU has them
+(lanes.h): the same operations per slot, so the same bits as `evaluate_n` below.
 
 Two more things a new shape's filter needs over every node live here for the same reason:
 nodes in a state already placed get its answer copied ("equal nodes" below), and the
@@ -258,6 +260,8 @@ static void rooms(Node *nd, const Batch *b, const Mix *mix, Py_ssize_t at, Py_ss
     }
 }
 
+#include "lanes.h" /* evaluate in AVX2 lanes for 4- and 8-GPU nodes */
+
 /* F of the node as it is (into *f0, host room `room0`) and, unless `f` is NULL, F if slot
    j alone took one unit, for every slot j (into f[j], host room after the pod).
    Per shape m, in mix order: the slots that can host one unit of m and their free MiB;
@@ -305,9 +309,16 @@ static inline __attribute__((always_inline)) void evaluate_n(const Node *nd, con
     *f0 = acc;
 }
 
-/* ``evaluate_n`` made for the common slot counts, whose loops the compiler then unrolls. */
+/* ``evaluate_n`` made for the common slot counts, whose loops the compiler then unrolls;
+   with the trials wanted and AVX2 there, in lanes (lanes.h). */
 static void evaluate(const Node *nd, const Mix *mix, double total, const int *room0, double *f0,
                      double *f) {
+#if HAVE_LANES
+    if (f && __atomic_load_n(&lanes_on, __ATOMIC_RELAXED) && (nd->slots == 4 || nd->slots == 8)) {
+        (nd->slots == 4 ? lanes4 : lanes8)(nd, mix, total, room0, f0, f);
+        return;
+    }
+#endif
     switch (nd->slots) {
     case 4:
         evaluate_n(nd, mix, total, room0, f0, f, 4);
@@ -679,6 +690,20 @@ static PyObject *helping(PyObject *self, PyObject *unused) {
     return PyBool_FromLong(helper_running());
 }
 
+PyDoc_STRVAR(lanes_doc,
+             "lanes(on) -> bool\n\n"
+             "Whether scores() places pods on 4- and 8-GPU nodes in AVX2 lanes (lanes.h; on\n"
+             "where the CPU has AVX2): turned on only there. Returns whether they are used.");
+
+static PyObject *lanes(PyObject *self, PyObject *arg) {
+    (void)self;
+    int on = PyObject_IsTrue(arg);
+    if (on < 0) return NULL;
+    lanes_detect();
+    if (!on) __atomic_store_n(&lanes_on, 0, __ATOMIC_RELAXED);
+    return PyBool_FromLong(__atomic_load_n(&lanes_on, __ATOMIC_RELAXED));
+}
+
 PyDoc_STRVAR(value_doc,
              "value(slots, nodes, batch, rows, pod, limits, mix, out)\n\n"
              "F of every row of `rows` into `out`, its host room counted as the pod (cpu,\n"
@@ -813,6 +838,7 @@ static PyMethodDef methods[] = {
     {"share", share, METH_O, share_doc},
     {"helped", helped, METH_NOARGS, helped_doc},
     {"helping", helping, METH_NOARGS, helping_doc},
+    {"lanes", lanes, METH_O, lanes_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -822,4 +848,7 @@ static struct PyModuleDef module = {
     .m_methods = methods,
 };
 
-PyMODINIT_FUNC PyInit_kernel(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit_kernel(void) {
+    lanes_detect();
+    return PyModule_Create(&module);
+}
