@@ -699,9 +699,9 @@ static PyObject *lanes(PyObject *self, PyObject *arg) {
     (void)self;
     int on = PyObject_IsTrue(arg);
     if (on < 0) return NULL;
-    lanes_detect();
-    if (!on) __atomic_store_n(&lanes_on, 0, __ATOMIC_RELAXED);
-    return PyBool_FromLong(__atomic_load_n(&lanes_on, __ATOMIC_RELAXED));
+    int used = on && cpu_has_avx2();
+    __atomic_store_n(&lanes_on, used, __ATOMIC_RELAXED);
+    return PyBool_FromLong(used);
 }
 
 PyDoc_STRVAR(value_doc,
@@ -849,6 +849,6 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit_kernel(void) {
-    lanes_detect();
+    __atomic_store_n(&lanes_on, cpu_has_avx2(), __ATOMIC_RELAXED);
     return PyModule_Create(&module);
 }

@@ -19,13 +19,15 @@ the build turns contraction off. */
 
 typedef double v4d __attribute__((vector_size(32)));
 typedef int64_t v4i __attribute__((vector_size(32)));
+/* A comparison's mask is a vector of long (GCC) or long long (Clang): cast to v4i, so
+   neither compiler relies on lax vector conversions. */
 
 /* Whether `evaluate` uses the lanes: set at import where the CPU has AVX2 (lanes()). */
 static int lanes_on;
 
-static void lanes_detect(void) {
+static int cpu_has_avx2(void) {
     __builtin_cpu_init();
-    __atomic_store_n(&lanes_on, __builtin_cpu_supports("avx2") != 0, __ATOMIC_RELAXED);
+    return __builtin_cpu_supports("avx2") != 0;
 }
 
 /* evaluate_n(nd, mix, total, room0, f0, f, 4 * groups) with f given, groups of 4 slots. */
@@ -44,7 +46,7 @@ lanes_n(const Node *nd, const Mix *mix, double total, const int *room0, double *
                             nd->present[j + 3]};
         idle[q] = -(v4i){nd->idle[j], nd->idle[j + 1], nd->idle[j + 2], nd->idle[j + 3]};
         v4d l = free[q] - unit;
-        left[q] = (v4d)((v4i)l & (l > zero)); /* l > 0.0 ? l : 0.0 */
+        left[q] = (v4d)((v4i)l & (v4i)(l > zero)); /* l > 0.0 ? l : 0.0 */
         after[q] = (total - free[q]) + left[q];
         fv[q] = zero;
     }
@@ -55,7 +57,7 @@ lanes_n(const Node *nd, const Mix *mix, double total, const int *room0, double *
         v4i h[2];
         v4d held[2];
         for (int q = 0; q < groups; q++) {
-            h[q] = present[q] & (mem == WHOLE ? idle[q] : free[q] >= mem);
+            h[q] = present[q] & (mem == WHOLE ? idle[q] : (v4i)(free[q] >= mem));
             held[q] = (v4d)((v4i)free[q] & h[q]);
             hosting -= h[q][0] + h[q][1] + h[q][2] + h[q][3];
         }
@@ -64,8 +66,8 @@ lanes_n(const Node *nd, const Mix *mix, double total, const int *room0, double *
         acc = acc + w * (room0[m] && hosting >= need ? total - hosted : total);
         int room = nd->room_after[m];
         for (int q = 0; q < groups; q++) {
-            v4i gained = mem == WHOLE ? none : left[q] >= mem; /* a whole GPU: never */
-            v4i fits = room ? (hosting + h[q] - gained) >= need : none;
+            v4i gained = mem == WHOLE ? none : (v4i)(left[q] >= mem); /* whole GPU: never */
+            v4i fits = room ? (v4i)((hosting + h[q] - gained) >= need) : none;
             v4d kept = (hosted - held[q]) + (v4d)((v4i)left[q] & gained);
             fv[q] = fv[q] + w * (after[q] - (v4d)((v4i)kept & fits));
         }
@@ -88,5 +90,5 @@ __attribute__((target("avx2"))) static void lanes8(const Node *nd, const Mix *mi
 #else
 #define HAVE_LANES 0
 static int lanes_on;
-static void lanes_detect(void) {}
+static int cpu_has_avx2(void) { return 0; }
 #endif
