@@ -216,11 +216,11 @@ static void *scratch(Node *nd, Py_ssize_t shapes) {
     size_t s = (size_t)(shapes > 0 ? shapes : 1);
     size_t size = (s * (sizeof(double) + 2 * sizeof(int)) + 63) / 64 * 64;
     char *p = aligned_alloc(64, size);
-    if (p) memset(p, 0, size);
     if (!p) {
         PyErr_NoMemory();
         return NULL;
     }
+    memset(p, 0, size);
     nd->w = (double *)p;
     nd->room_before = (int *)(p + s * sizeof(double));
     nd->room_after = nd->room_before + s;
