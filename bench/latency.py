@@ -5,7 +5,7 @@ the floor (a trivial endpoint on the same server receiving the same bodies).
     .venv/bin/python bench/latency.py [--sizes 100,1000,5000] [--requests 1000] \
         [--modes NodeNames,Nodes] [--client httpx|lean|go] [--floor trivial|parse] \
         [--slowest N] [--shapes warm,churn,cold,shuffled] [--varied] \
-        [--out docs/bench-latency.md]
+        [--announce LEAD_MS] [--out docs/bench-latency.md]
 
 The floor reads the same request body and answers with a prepared body of the same size
 as the reply it is compared with (in Nodes mode the filter must send the passing Node
@@ -23,15 +23,22 @@ they finish, so its lists are permutations, not repeats). filter gets the candid
 prioritize the nodes filter passed (narrowing: usually a few), exactly as kube-scheduler
 sends them: not at all when one node passed (the filter decided), which kube-scheduler
 takes without scoring; the floor then gets the filter's request alone.
+
+``--announce LEAD_MS``: each pod is first created in a real API server, LEAD_MS before
+its filter, and the extender watches it (bench/announce.py): its plan is made ahead. The
+floor's pair follows the create of a pod that asks no GPU and the same wait, so both
+run after the same API server, etcd and watch work.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import gc
 import json
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -47,6 +54,7 @@ from tqdm import tqdm
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.announce import Announcer  # noqa: E402
 from bench.goclient import GoClient  # noqa: E402
 from bench.leanclient import LeanClient  # noqa: E402
 from drivers.agent.loop import build_report  # noqa: E402
@@ -80,10 +88,11 @@ def pod(i: int, memory_mib: int) -> dict[str, Any]:
 
 
 def start_server(
-    tmp: str, sections: bool = False, keep_replies: bool = False
+    tmp: str, sections: bool = False, keep_replies: bool = False, kubeconfig: Path | None = None
 ) -> tuple[subprocess.Popen[bytes], str]:
     """bench/serve_with_floor.py on a free port; ``sections``: with its section timers;
-    ``keep_replies``: its floor can answer with the last reply of a verb."""
+    ``keep_replies``: its floor can answer with the last reply of a verb; ``kubeconfig``:
+    watching that cluster."""
     port = free_port()
     proc = subprocess.Popen(
         [
@@ -93,6 +102,7 @@ def start_server(
             f"{tmp}/bench.db",
             *(["--sections"] if sections else []),
             *(["--keep-replies"] if keep_replies else []),
+            *(["--kubeconfig", str(kubeconfig)] if kubeconfig else []),
         ],
         cwd=ROOT,
     )
@@ -227,6 +237,7 @@ def measure(
     mode: str,
     shape: str,
     n: int,
+    announce: Announcer | None = None,
 ) -> dict[str, Any]:
     """kube-scheduler's sequence per pod: filter with the candidates, then prioritize with
     the nodes filter passed; the floor gets the very same two requests. ``client`` posts
@@ -244,7 +255,7 @@ def measure(
     gc.freeze()  # the long-lived client objects: out of every collection below
     gc.disable()
     try:
-        measured = _measure(client, pairs, drivers, names, mode, shape, n)
+        measured = _measure(client, pairs, drivers, names, mode, shape, n, announce)
         measured["body_kib"] = len(body_for(pod(0, 4096), names, nodes)) / 1024
         return measured
     finally:
@@ -260,6 +271,7 @@ def _measure(
     mode: str,
     shape: str,
     n: int,
+    announce: Announcer | None,
 ) -> dict[str, Any]:
     ours, floor, times = [], [], []
     rng = random.Random(7)
@@ -272,10 +284,13 @@ def _measure(
             churn(client, drivers, names, rng)
         mem = 1024 + i if shape == "cold" else 4096
         order = rng.sample(names, len(names)) if shape == "shuffled" else names
-        t_filter, t_prioritize = pairs.pair(pod(i, mem), order)
+        pod_ = pod(i, mem) if announce is None else announce(pod(i, mem))
+        t_filter, t_prioritize = pairs.pair(pod_, order)
         ours.append(t_filter + t_prioritize)
         if shape == "churn":  # the floor under the same load: reports just processed
             churn(client, drivers, names, rng)
+        if announce is not None:  # ... and after the same create and wait
+            announce(pod(i, mem), gpu=False)
         floor.append(pairs.floor())
         times.append((t_filter, t_prioritize, floor[-1]))
         gc.collect()  # untimed, see measure()
@@ -286,6 +301,14 @@ def _measure(
         "floor_p99": _p99(floor) * 1e3,
         "pairs": times,  # per pod: (filter s, prioritize s, the floor's pair s)
     }
+
+
+def passes(url: str) -> dict[str, float]:
+    """The server's passes over every candidate so far: made in a filter or prioritize
+    ("cycle"), or ahead of the filter for an announced pod ("ahead")."""
+    text = httpx.get(url + "/metrics", timeout=30).text
+    found = re.findall(r'^headroom_scheduling_passes_total\{when="(\w+)"\} (\S+)$', text, re.M)
+    return {when: float(count) for when, count in found}
 
 
 def body_for(pod_: dict[str, Any], names: list[str], nodes: dict[str, Any] | None) -> bytes:
@@ -344,11 +367,23 @@ def main() -> None:
         action="store_true",
         help="every node in a state of its own (by default the fleet holds a few states)",
     )
+    ap.add_argument(
+        "--announce",
+        type=float,
+        metavar="LEAD_MS",
+        help="create each pod in a real API server (tests/e2e/build.sh's) LEAD_MS before "
+        "its filter; the extender watches it, as it watches kube-scheduler's pods",
+    )
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        proc, url = start_server(tmp, keep_replies=args.client == "go")
+    with contextlib.ExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory())
+        announce = None
+        if args.announce is not None:
+            announce = stack.enter_context(Announcer(args.announce))
+        kubeconfig = announce.kubeconfig if announce is not None else None
+        proc, url = start_server(tmp, keep_replies=args.client == "go", kubeconfig=kubeconfig)
         opened: list[LeanClient | GoClient] = []  # closed at the end
         try:
             with make_client(url, timeout=120) as client:
@@ -369,21 +404,20 @@ def main() -> None:
                     for mode in args.modes.split(","):
                         for shape in args.shapes.split(","):
                             n = args.requests if mode == "NodeNames" else args.nodes_mode_requests
-                            rows.append(
-                                (
-                                    size,
-                                    mode,
-                                    shape,
-                                    n,
-                                    measure(reports, pairs, drivers, names[:size], mode, shape, n),
-                                )
-                            )
+                            before = passes(url)
+                            run = (names[:size], mode, shape, n, announce)
+                            measured = measure(reports, pairs, drivers, *run)
+                            after = passes(url)
+                            measured["passes"] = {k: after[k] - before[k] for k in after}
+                            rows.append((size, mode, shape, n, measured))
         finally:
             for opened_client in opened:
                 opened_client.close()
             proc.terminate()
             proc.wait()
     table = render(rows)
+    if args.announce is not None:
+        table = f"Pods announced {args.announce:g} ms ahead (bench/announce.py).\n\n{table}"
     print(table)
     if args.slowest:
         print(slowest(rows, args.slowest))
@@ -413,14 +447,15 @@ def slowest(rows: list[tuple[int, str, str, int, dict[str, Any]]], count: int) -
 def render(rows: list[tuple[int, str, str, int, dict[str, Any]]]) -> str:
     out = [
         "| nodes | mode | shape | requests | body KiB | p50 ms | p99 ms | floor p50 ms "
-        "| floor p99 ms | p99 / floor p99 |",
-        "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| floor p99 ms | p99 / floor p99 | passes in the cycle / ahead |",
+        "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for size, mode, shape, n, m in rows:
         out.append(
             f"| {size} | {mode} | {shape} | {n} | {m['body_kib']:.0f} | {m['p50']:.2f} | "
             f"{m['p99']:.2f} | {m['floor_p50']:.2f} | {m['floor_p99']:.2f} | "
-            f"{m['p99'] / m['floor_p99']:.2f}x |"
+            f"{m['p99'] / m['floor_p99']:.2f}x | "
+            f"{m['passes'].get('cycle', 0):.0f} / {m['passes'].get('ahead', 0):.0f} |"
         )
     return "\n".join(out)
 

@@ -2,7 +2,7 @@
 the same server that reads the same body and answers without computing anything -- the
 latency floor that filter/prioritize are compared against. Benchmark use only.
 
-    serve_with_floor.py PORT DB [--sections] [--keep-replies]
+    serve_with_floor.py PORT DB [--sections] [--keep-replies] [--kubeconfig PATH]
 
 ``--keep-replies`` keeps the last reply of /filter and of /prioritize, and the floor
 answers ``X-Reply-Like: filter|prioritize`` with those very bytes (a client that decodes
@@ -169,7 +169,11 @@ class KeepReplies:
 def main() -> None:
     port, db = int(sys.argv[1]), sys.argv[2]
     setup_logging("error")  # the simulated agents' pods have no grants: leak warnings galore
-    built = build(Settings(db=db, allow_unauthenticated_reports=True, stale_after=3600))
+    flags = sys.argv[3:]
+    kubeconfig = flags[flags.index("--kubeconfig") + 1] if "--kubeconfig" in flags else None
+    built = build(
+        Settings(db=db, allow_unauthenticated_reports=True, stale_after=3600, kubeconfig=kubeconfig)
+    )
 
     limits = built.app.state.edge.route_limits  # the floors take the bodies filter takes
     limits["/floor"] = limits["/floor-parse"] = limits["/settle"] = limits["/filter"]

@@ -43,6 +43,10 @@ class Settings(BaseSettings):
     # pod's filter does not do it (extender/scheduling/hotshapes.py); 0 turns it off
     refresh_shapes: int = Field(2, ge=0)
     refresh_window: float = Field(10.0, ge=0)
+    # a pending GPU pod the pod watch sees gets its plan made before kube-scheduler's
+    # filter asks for it, for at most plan_ahead shapes waiting at once
+    # (extender/scheduling/announced.py); 0 turns it off
+    plan_ahead: int = Field(4, ge=0)
     # a new pod shape's pass over 2,048 nodes or more is shared with a helper thread on a
     # second CPU (extender/scoring/helper.h); never started with one CPU or a CPU limit
     # under 2, and false turns it off anywhere

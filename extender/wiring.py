@@ -74,6 +74,7 @@ def build(settings: Settings, clock: Clock | None = None, binder: Binder | None 
         decide=settings.decide and settings.narrowing,
         refresh_shapes=settings.refresh_shapes,
         refresh_window=settings.refresh_window,
+        plan_ahead=settings.plan_ahead,
         bind_wait=settings.bind_wait,
         ack_timeout=settings.ack_timeout,
         ledger_deadline=settings.ledger_timeout + 0.5,  # the database's own timeouts first

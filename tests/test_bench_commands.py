@@ -57,6 +57,33 @@ ROOT = Path(__file__).resolve().parents[1]
                 ),
             ],
         ),  # the e2e control plane: binaries built (or cached) by tests/e2e/build.sh
+        pytest.param(
+            "bench/latency.py",
+            [
+                *("--sizes", "30", "--requests", "3", "--modes", "NodeNames"),
+                *("--shapes", "cold", "--announce", "5"),
+            ],
+            "| 30 | NodeNames | cold | 3 |",
+            marks=[
+                pytest.mark.e2e,
+                pytest.mark.skipif(
+                    shutil.which("go") is None or os.environ.get("HEADROOM_E2E") == "0",
+                    reason="needs Go for the e2e control plane (HEADROOM_E2E=0 skips it)",
+                ),
+            ],
+        ),  # each pod created in that control plane first
+        pytest.param(
+            "bench/ahead.py",
+            ["--nodes", "30", "--pods", "3"],
+            "| 1 | off | 3 / 0 |",
+            marks=[
+                pytest.mark.e2e,
+                pytest.mark.skipif(
+                    shutil.which("go") is None or os.environ.get("HEADROOM_E2E") == "0",
+                    reason="needs Go for the e2e control plane (HEADROOM_E2E=0 skips it)",
+                ),
+            ],
+        ),  # the real kube-scheduler: the passes each setting made
         (
             "bench/coldstart.py",
             ["--runs", "1", "--nodes", "30", "--filters", "2", "--in-process"],

@@ -113,6 +113,7 @@ class SchedulerVerbs:
             path: getattr(self, path.strip("/")) for path, *_ in VERBS
         }
         self.latency = {p: SCHEDULING.request_seconds.labels(verb=p[1:]) for p in self.routes}
+        self.loop: asyncio.AbstractEventLoop | None = None  # the one the service knows
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         path = scope["path"]
@@ -140,7 +141,12 @@ class SchedulerVerbs:
         return self.codec.named(args)
 
     async def filter(self, body: bytes) -> bytes:
-        result, passing = self.service.filter(self.decoded(body))
+        args = self.decoded(body)
+        loop = asyncio.get_running_loop()
+        if loop is not self.loop:  # announced pods' plans are made where filters run
+            self.service.serve_on(loop.call_soon_threadsafe)
+            self.loop = loop
+        result, passing = self.service.filter(args)
         return self.codec.encode_filter(result, passing)
 
     async def prioritize(self, body: bytes) -> bytes:

@@ -92,7 +92,7 @@ async def _scratch(service: SchedulingService, nodes: int) -> None:
         service.clock,
         service.config,
     )
-    scratch.unplaceable_hooks.clear()  # no metric or Event for the synthetic pod
+    scratch.quiet()  # no metric or Event for the synthetic pod
     try:
         app = create_app(scratch)
         names = [f"headroom-warm-up-{i:05d}" for i in range(nodes)]

@@ -2,13 +2,16 @@
 
 - Node added/changed -> inventory facts (labels, taints, deletion); Node deleted ->
   its allocations end with reason ``node-deleted`` (consolidation, spot interruption).
+- Pod Pending, unbound and not gated, first seen so -> announced, so its plan is made
+  before kube-scheduler's filter asks for it (``scheduling/announced.py``).
 - Pod Running -> ``started``; Succeeded/Failed/deleted -> released with that reason.
 - A bound pod's ``headroom.dev/allocated`` -> the device plugin's acknowledgement of
   its grant (``scheduling/acks.py``); a sweep ends waits past the ack timeout.
 - On every (re-)list: ledger allocations whose pod no longer exists are released, and
   live pods carrying a grant annotation but unknown to the ledger are re-reserved, so a
   restart neither loses nor double-counts a reservation.
-Nothing here runs on the filter/prioritize path.
+Nothing here runs on the filter/prioritize path; an announced pod's plan is made on the
+event loop (between filters, one plan per callback).
 """
 
 from __future__ import annotations
@@ -32,9 +35,11 @@ from extender.state.host import pod_requests
 from extender.state.nodefacts import facts_from_node
 from extender.state.podcache import pod_ref
 from extender.wire.annotations import ANN_REQUEUED, ANN_UNACKNOWLEDGED
+from extender.wire.logs import RateLimitedLog
 from extender.wire.protocol import Node, Pod
 
 log = logging.getLogger("headroom.kube.sync")
+unannounced_log = RateLimitedLog(log, every_s=60.0)
 
 NODES = Kind("v1", "Node")
 PODS = Kind("v1", "Pod")
@@ -52,6 +57,7 @@ class ClusterSync:
         self.core = client.CoreV1Api(api)
         self.stop = threading.Event()
         self._pending: dict[str, dict[str, Any]] = {}  # uid -> Pending pod (bind fallback)
+        self._announced: set[str] = set()  # pending pods told to the service, by uid
         self._started: set[str] = set()
         self._claim_pods: dict[str, PodRef] = {}  # uid -> pods that use ResourceClaims
         self._unresolved: dict[tuple[str, str], dict[str, Any]] = {}  # claims to retry
@@ -172,6 +178,9 @@ class ClusterSync:
     def _pods_listed(self, items: list[dict[str, Any]]) -> None:
         live = {obj["metadata"]["uid"] for obj in items}
         self.service.pods_listed(live)
+        with self._lock:  # pods deleted while the watch was down: no event tells
+            self._pending = {u: o for u, o in self._pending.items() if u in live}
+            self._announced &= live
         for a in self.service.allocations():
             if a.pod.uid not in live:
                 self.service.release(a.pod.uid, "pod-gone")
@@ -182,17 +191,26 @@ class ClusterSync:
         meta, status = obj.get("metadata") or {}, obj.get("status") or {}
         uid, phase = meta.get("uid", ""), status.get("phase", "")
         node = (obj.get("spec") or {}).get("nodeName")
+        waiting = kind != "DELETED" and phase == "Pending" and not node
+        # schedulable: kube-scheduler takes it now (a gated pod waits for its gates)
+        ready = waiting and not (obj.get("spec") or {}).get("schedulingGates")
         with self._lock:
-            if kind != "DELETED" and phase == "Pending" and not node:
+            arrived = ready and uid not in self._announced
+            if arrived:
+                self._announced.add(uid)
+            if waiting:
                 self._pending[uid] = obj
             else:
                 self._pending.pop(uid, None)
+                self._announced.discard(uid)
             if kind == "DELETED":
                 self._claim_pods.pop(uid, None)
             elif (obj.get("spec") or {}).get("resourceClaims") or status.get(
                 "extendedResourceClaimStatus"
             ):  # its own claims, or the claim kube-scheduler made for nvidia.com/gpu
                 self._claim_pods[uid] = pod_ref(msgspec.convert(obj, Pod))
+        if arrived:  # kube-scheduler's informer sees it now too: its plan made ahead
+            self._announce(obj)
         if kind == "DELETED":
             self._end(uid, "deleted")
         elif phase in ENDED:
@@ -212,6 +230,14 @@ class ClusterSync:
             if phase == "Running" and uid not in self._started:
                 self._started.add(uid)
                 self.service.started(uid)
+
+    def _announce(self, obj: dict[str, Any]) -> None:
+        """Best effort: a pod that cannot be read is its filter's to answer, and must
+        not end the watch (a re-list of every pod)."""
+        try:
+            self.service.announce(msgspec.convert(obj, Pod))
+        except Exception as e:
+            unannounced_log.warning("pod not announced", extra={"error": str(e)[:300]})
 
     def _end(self, uid: str, reason: str) -> None:
         self._started.discard(uid)

@@ -207,6 +207,17 @@ class SchedulingMetrics:
             registry=registry,
         )
         self.binds = Counter("headroom_binds", "Bind outcomes", ["outcome"], registry=registry)
+        # a new pod shape's pass over every candidate: inside the scheduling cycle, or
+        # made ahead for a pod the pod watch announced (extender/scheduling/announced.py)
+        self.passes = Counter(
+            "headroom_scheduling_passes",
+            "Plans evaluated over every candidate, by when: cycle (inside a filter or "
+            "prioritize, which kube-scheduler waits for) or ahead (before the filter)",
+            ["when"],
+            registry=registry,
+        )
+        for when in ("cycle", "ahead"):
+            self.passes.labels(when=when)  # both shown from the start, at 0
         # what kube-scheduler waits for, per verb (its httpTimeout is 5 s)
         self.request_seconds = Histogram(
             "headroom_extender_request_duration_seconds",

@@ -24,6 +24,9 @@ class ServiceConfig:
     decide: bool = False
     refresh_shapes: int = 2  # plans brought up to date after a report or bind (hotshapes)
     refresh_window: float = 10.0  # ... for the shapes filtered within this many seconds
+    # pods the pod watch saw pending get their plans made before their filter, for at
+    # most this many shapes waiting at once (announced.py); 0: none
+    plan_ahead: int = 4
     # a second bind of a pod waits this long for the first (below the scheduler's 5 s
     # extender httpTimeout, so the wait itself is answered before the scheduler gives up)
     bind_wait: float = 4.0

@@ -4,7 +4,9 @@ Each pod's candidates are evaluated once per shape and list (``plans``), and the
 replies are kept with the plan (``replies``); a report or a bind changes a few nodes,
 and only those are evaluated again. The shapes scheduled lately get their plans
 brought up to date off the cycle, after a report or a bind is answered
-(``refresh``, ``hotshapes``). DRA asks are evaluated afresh every time (no columns).
+(``refresh``, ``hotshapes``), and a pod the pod watch announced gets its plan made
+before its filter (``prepare``, ``announced``). DRA asks are evaluated afresh every
+time (no columns).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import numpy as np
 
 from extender.core.allocation import PodRef
 from extender.ledger.metrics import SCHEDULING
+from extender.scheduling.announced import Announced
 from extender.scheduling.asks import Asks
 from extender.scheduling.config import ServiceConfig
 from extender.scheduling.evaluate import Evaluator
@@ -45,6 +48,7 @@ from extender.wire.protocol import (
 )
 
 log = logging.getLogger("headroom.service")
+DEFAULT_PROFILE = "default-scheduler"  # a pod's scheduler when it names none
 Unplaceable = Callable[[PodRef, dict[str, str]], None]
 
 
@@ -63,9 +67,21 @@ class Cycle:
         self.clock, self.config = clock, config
         self.plans = Plans()
         self.hot = HotShapes(config.refresh_shapes, config.refresh_window)
+        # the candidates of the latest filter for device-plugin GPUs: what ``prepare``
+        # plans for (kube-scheduler's lists repeat, permuted, from pod to pod)
+        self.latest: Sequence[str] = ()
+        # the scheduler profiles the filter has been asked for (others' pods: not ours)
+        self.profiles: set[str] = set()
+        self.announced = Announced(
+            self.prepare, clock.now, config.plan_ahead, config.refresh_window
+        )
         # Kubernetes Events / metrics for pods that fit nowhere
         self.unplaceable_hooks: list[Unplaceable] = [
             lambda pod, _: SCHEDULING.no_fit.labels(pod.namespace).inc()
+        ]
+        # a pass over every candidate, made "cycle" (in kube-scheduler's wait) or "ahead"
+        self.pass_hooks: list[Callable[[str], None]] = [
+            lambda when: SCHEDULING.passes.labels(when=when).inc()
         ]
 
     def filter(self, args: ExtenderArgs) -> tuple[ExtenderFilterResult, list[msgspec.Raw] | None]:
@@ -85,6 +101,9 @@ class Cycle:
         names, now = self.names(args), self.clock.now()
         if demand.count:  # device-plugin GPUs: its plans are patched after reports
             self.hot.touch(demand, now)
+            self.latest = names
+            self.profiles.add(args.Pod.spec.schedulerName or DEFAULT_PROFILE)
+            self.announced.filtered(args.Pod.metadata.uid)
         decide = self.config.decide and not states_preferences(args.Pod)
         reply = self._filter_reply(self._plan(args.Pod, demand, names, now), demand, decide)
         if not len(reply.passing) and names:
@@ -119,6 +138,23 @@ class Cycle:
         if raw is None:
             return Priorities(names, np.zeros(len(names), np.int64))
         return Priorities(names, host_priorities(raw))
+
+    def prepare(self, pod: Pod, demand: GpuDemand) -> bool:
+        """A pod the pod watch saw pending (``announced``), on the event loop before
+        kube-scheduler's filter for it: its plan for the latest candidate list and the
+        filter's answer made now. False, nothing made, where no filter would use them:
+        none has come yet, the pod is another scheduler profile's, or its filter came
+        first. The pod itself is not remembered, and joins the workload mix after its
+        own filter as it would without this (``Asks.settle``), so every answer is the
+        filter's own and the plan is keyed by the mix version that filter finds."""
+        names, profile = self.latest, pod.spec.schedulerName or DEFAULT_PROFILE
+        if not names or profile not in self.profiles or self.asks.seen(pod.metadata.uid):
+            return False
+        self.asks.settle()  # the pods filtered before it: the mix its filter will find
+        decide = self.config.decide and not states_preferences(pod)
+        plan = self._plan(pod, demand, names, self.clock.now(), "ahead")
+        self._filter_reply(plan, demand, decide)
+        return True
 
     def refresh(self) -> int:
         """Brings the widest plan of each shape filtered lately up to date and makes its
@@ -180,16 +216,31 @@ class Cycle:
             except Exception:
                 log.exception("unplaceable hook failed")
 
-    def _plan(self, pod: Pod, demand: GpuDemand, names: Sequence[str], now: float) -> Plan:
+    def _plan(
+        self, pod: Pod, demand: GpuDemand, names: Sequence[str], now: float, why: str = "cycle"
+    ) -> Plan:
         """Each candidate's evaluation for this pod (device-plugin GPUs or DRA claims),
-        and where the replies made from them are kept (dropped on change)."""
+        and where the replies made from them are kept (dropped on change). A pass over
+        every candidate is told to ``pass_hooks`` with ``why`` (a metric's label)."""
         if demand.count == 0 and demand.dra_claims:
             outcome = self.evaluator.dra_names(pod, names, now)
             return Plan.of(names, -1, outcome, self.config.stale_after)
         shape, evaluate = self._shape(demand, now)
-        return self.plans.plan(
-            names, shape, now, self.inventory.seq, self._changed, evaluate, self.config.stale_after
+        before = self.plans.passes
+        plan = self.plans.plan(
+            names,
+            shape,
+            now,
+            self.inventory.seq,
+            self._changed,
+            evaluate,
+            self.config.stale_after,
+            lambda subset: self.inventory.columns().rows(subset),
         )
+        if self.plans.passes != before:
+            for hook in self.pass_hooks:
+                hook(why)
+        return plan
 
     def _shape(self, demand: GpuDemand, now: float) -> tuple[Hashable, Evaluate]:
         """The key plans for this demand are kept under, and how they evaluate nodes."""

@@ -54,6 +54,8 @@ class Outcome:
 Evaluate = Callable[[Sequence[str], Ints | None], Outcome]
 # Positions of a plan whose nodes changed since it was made; None: it must be rebuilt
 Changed = Callable[["Plan"], Ints | None]
+# Each named node's row in the inventory's columns (-1: none)
+Rows = Callable[[Sequence[str]], Ints]
 _NONE = np.zeros(0, dtype=np.int64)
 
 
@@ -94,6 +96,7 @@ class Plans:
     def __init__(self, capacity: int = 16) -> None:
         self._plans: OrderedDict[Hashable, Plan] = OrderedDict()
         self._capacity = capacity
+        self.passes = 0  # plans evaluated afresh (every candidate), ever
         # per shape, its widest plan (refreshed off the cycle: see parent); as many
         # shapes as plans are kept: the shapes change for good (a new workload-mix
         # version is part of each), and each of these holds a whole candidate list's arrays
@@ -108,11 +111,17 @@ class Plans:
         changed: Changed,
         evaluate: Evaluate,
         stale_after: float,
+        rows: Rows | None = None,
     ) -> Plan:
+        """The plan for ``names``: kept and brought up to date, taken from the shape's
+        widest plan when that lists them all (``rows``: how to find their rows), or
+        evaluated afresh."""
         key = (shape, names_key(names))
         plan = self._plans.get(key)
         if plan is None or not same_names(plan.names, names) or now > plan.fresh_until:
-            plan = self._evaluated(names, shape, seq, evaluate, stale_after)
+            plan = self._within(names, shape, now, seq, changed, evaluate, stale_after, rows)
+            if plan is None:
+                plan = self._evaluated(names, shape, seq, evaluate, stale_after)
             self._plans[key] = plan
             while len(self._plans) > self._capacity:
                 self._plans.popitem(last=False)
@@ -151,6 +160,55 @@ class Plans:
         self._last.move_to_end(shape)
         return parent
 
+    def _within(
+        self,
+        names: Sequence[str],
+        shape: Hashable,
+        now: float,
+        seq: int,
+        changed: Changed,
+        evaluate: Evaluate,
+        stale_after: float,
+        rows: Rows | None,
+    ) -> Plan | None:
+        """A shorter list whose nodes the shape's widest plan all lists, that plan
+        brought up to date, as a plan of its own with no pass: kube-scheduler's list once
+        a node has filled up (its GPUs counted as requested), the plan made ahead for
+        the list before (``announced``). Exact: a node's entries depend on that node
+        alone; the list as a whole matters only to the replies, made afresh from it.
+        None when there is no such plan."""
+        parent = self._last.get(shape)
+        if rows is None or parent is None or len(names) >= len(parent.names):
+            return None
+        if not self._current(parent, now, seq, changed, evaluate, stale_after):
+            return None
+        at = rows(names)
+        if not at.size or int(at.min()) < 0:
+            return None
+        where = np.full(max(int(at.max()), int(parent.rows.max())) + 1, -1, np.int64)
+        where[parent.rows[parent.rows >= 0]] = np.flatnonzero(parent.rows >= 0)
+        pos = where[at]
+        if int(pos.min()) < 0:
+            return None
+        fits = parent.fits[pos]
+        failing = np.flatnonzero(~fits).tolist()
+        down = np.zeros(len(parent.names), bool)
+        down[parent.unavailable] = True
+        return Plan(
+            names=names,
+            fits=fits,
+            raw=parent.raw[pos],
+            price=parent.price[pos],
+            failures={
+                i: parent.failures[p] for i, p in zip(failing, pos[failing].tolist(), strict=True)
+            },
+            seq=parent.seq,
+            fresh_until=parent.fresh_until,
+            unavailable=np.flatnonzero(down[pos]),
+            rows=at,
+            layout=parent.layout,
+        )
+
     def _evaluated(
         self,
         names: Sequence[str],
@@ -161,6 +219,7 @@ class Plans:
     ) -> Plan:
         """A plan evaluated afresh; the widest becomes the shape's parent."""
         plan = Plan.of(names, seq, evaluate(names, None), stale_after)
+        self.passes += 1
         if len(names) >= len(self._last.get(shape, plan).names):
             self._last[shape] = plan
             self._last.move_to_end(shape)

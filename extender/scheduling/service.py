@@ -1,12 +1,9 @@
 """The scheduling service: one facade over filter, prioritize, bind, preempt, agent
-reports and the grants' lifecycle.
-
-The HTTP edge decodes a request, calls one method here and encodes the answer;
-``kube/`` feeds cluster events in through methods too. Each idea lives in a module of
-its own: ``cycle`` (filter and prioritize from plans and their ``replies``),
-``evaluate`` (fits, scores and reasons), ``bind``, ``preempt``, ``intake`` (agent
-reports) and ``lifecycle`` (restart, release, node gone, DRA claims). No HTTP and no
-scoring arithmetic here.
+reports and the grants' lifecycle. The HTTP edge and ``kube/`` call its methods; each
+idea lives in a module of its own: ``cycle`` (filter and prioritize from plans and their
+``replies``; ``announced``: plans made ahead), ``evaluate`` (fits, scores and reasons),
+``bind``, ``preempt``, ``intake`` (agent reports) and ``lifecycle`` (restart, release,
+node gone, DRA claims). No HTTP and no scoring arithmetic here.
 """
 
 from __future__ import annotations
@@ -20,6 +17,7 @@ from extender.dra.state import DraState
 from extender.ledger.base import Ledger
 from extender.scheduling import preempt
 from extender.scheduling.acks import Awaited, ack_seen
+from extender.scheduling.announced import Post
 from extender.scheduling.asks import Asks
 from extender.scheduling.bind import Binding
 from extender.scheduling.binder import Binder
@@ -31,7 +29,6 @@ from extender.scheduling.lifecycle import Lifecycle
 from extender.scoring import Policy
 from extender.state.inventory import Inventory
 from extender.state.nodefacts import NodeFacts
-from extender.state.podcache import pod_ref
 from extender.state.snapshot import NodeRow, snapshot
 from extender.state.workload import WorkloadMix
 from extender.wire.clock import Clock
@@ -47,7 +44,7 @@ from extender.wire.protocol import (
 )
 from extender.wire.report import NodeReport, ReportResponse
 
-__all__ = ["SchedulingService", "ServiceConfig", "pod_ref"]
+__all__ = ["SchedulingService", "ServiceConfig"]
 
 
 class SchedulingService:
@@ -85,6 +82,11 @@ class SchedulingService:
         """Called for a pod that fits nowhere (Kubernetes Events, metrics)."""
         return self.cycle.unplaceable_hooks
 
+    def quiet(self) -> None:
+        """No Event or metric from this service (the warm-up's scratch copy)."""
+        self.cycle.unplaceable_hooks.clear()
+        self.cycle.pass_hooks.clear()
+
     # --- the scheduler's verbs (the HTTP edge) -------------------------------------------
 
     def filter(self, args: ExtenderArgs) -> tuple[ExtenderFilterResult, list[msgspec.Raw] | None]:
@@ -94,9 +96,12 @@ class SchedulingService:
     def prioritize(self, args: ExtenderArgs) -> Priorities:
         return self.cycle.prioritize(args)
 
+    def serve_on(self, post: Post) -> None:
+        """Announced pods' plans are made by ``post`` (the filters' loop's)."""
+        self.cycle.announced.serve_on(post)
+
     def refresh(self) -> int:
-        """Off the scheduling cycle, after a report or a bind is answered: the plans of
-        the shapes filtered lately brought up to date. Returns the plans refreshed."""
+        """After a report or bind is answered: recent shapes' plans brought up to date."""
         return self.cycle.refresh()
 
     def bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
@@ -119,8 +124,7 @@ class SchedulingService:
         return self.lifecycle.rebuild()
 
     def release(self, pod_uid: str, reason: str) -> int:
-        """The pod ended: its ledger rows ended, then its reservations freed (and its
-        node no longer waits for its acknowledgement)."""
+        """The pod ended: its ledger rows ended, its reservations and node's wait freed."""
         self.binding.acks.drop(pod_uid)
         return self.lifecycle.release(pod_uid, reason)
 
@@ -137,11 +141,14 @@ class SchedulingService:
     # --- what kube/ tells the service about the cluster ----------------------------------
 
     def watch_cluster(self, dra: DraState, lookup: Callable[[str], Pod | None]) -> None:
-        """A cluster is watched: DRA state to evaluate claims against, and a lookup of
-        pods bind was not shown by filter (the watch cache after a restart)."""
+        """A cluster is watched: its DRA state, and its pods for binds filter did not see."""
         self.evaluator.dra = dra
         self.binding.lookup = lookup
         self.binding.acks.enabled = True  # the pod watch shows the plugin's acknowledgements
+
+    def announce(self, pod: Pod) -> bool:
+        """From the pod watch: ``pod`` is pending; its plan is made ahead (``announced``)."""
+        return self.cycle.announced.put(pod)
 
     def pod_on_node(self, uid: str, node: str, cpu_milli: int, memory_mib: int) -> None:
         """A pod (any scheduler's) is on ``node`` requesting this CPU and memory."""
@@ -160,8 +167,7 @@ class SchedulingService:
         self.inventory.update_facts(facts)
 
     def name_known(self, node: str, token: object, wire_id: int) -> None:
-        """The edge's decoder reads the node's name as ``wire_id`` in candidate lists
-        carrying ``token``: their rows are then found by id (``NodeColumns``)."""
+        """The edge's decoder reads ``node`` as ``wire_id`` in lists carrying ``token``."""
         self.inventory.name_known(node, token, wire_id)
 
     def node_draining(self, node: str, draining: bool) -> None:
@@ -177,8 +183,7 @@ class SchedulingService:
         return self.lifecycle.holds(pod_uid)
 
     def acknowledgement(self, pod: Pod, node: str) -> None:
-        """A bound pod as the watch sees it: its device plugin's acknowledgement (or its
-        absence) for the grant on ``node`` (``acks``)."""
+        """A bound pod as the watch sees it: its plugin's acknowledgement or not (``acks``)."""
         ack_seen(self.binding.acks, pod, node)
 
     def expire_acks(self) -> list[Awaited]:
@@ -186,8 +191,7 @@ class SchedulingService:
         return self.binding.acks.expire()
 
     def awaits(self) -> dict[str, str]:
-        """Each node whose grant waits for its device plugin (no new GPU pod goes there
-        meanwhile), and the pod ("namespace/name") it waits for."""
+        """Each node whose grant waits for its device plugin: the pod ("ns/name") awaited."""
         return {a.node: a.pod for a in self.binding.acks.awaited()}
 
     def readopt(self, uid: str, namespace: str, name: str, node: str, ann: dict[str, str]) -> None:

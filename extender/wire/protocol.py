@@ -105,6 +105,7 @@ class PodSpec(msgspec.Struct):
     nodeSelector: dict[str, str] | None = None
     affinity: Affinity | None = None
     topologySpreadConstraints: list[TopologySpreadConstraint] | None = None
+    schedulerName: str | None = None  # None: the default profile ("default-scheduler")
 
 
 class PodResourceClaimStatus(msgspec.Struct):
