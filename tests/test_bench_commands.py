@@ -12,6 +12,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+NEEDS_PLANE = [  # the e2e control plane: binaries built (or cached) by tests/e2e/build.sh
+    pytest.mark.e2e,
+    pytest.mark.skipif(
+        shutil.which("go") is None or os.environ.get("HEADROOM_E2E") == "0",
+        reason="needs Go for the e2e control plane (HEADROOM_E2E=0 skips it)",
+    ),
+]
 
 
 @pytest.mark.parametrize(
@@ -49,13 +56,7 @@ ROOT = Path(__file__).resolve().parents[1]
             "bench/bindpost.py",
             ["--pods", "12", "--rounds", "1"],
             "| bare http.client (floor) |",
-            marks=[
-                pytest.mark.e2e,
-                pytest.mark.skipif(
-                    shutil.which("go") is None or os.environ.get("HEADROOM_E2E") == "0",
-                    reason="needs Go for the e2e control plane (HEADROOM_E2E=0 skips it)",
-                ),
-            ],
+            marks=NEEDS_PLANE,
         ),  # the e2e control plane: binaries built (or cached) by tests/e2e/build.sh
         pytest.param(
             "bench/latency.py",
@@ -64,25 +65,13 @@ ROOT = Path(__file__).resolve().parents[1]
                 *("--shapes", "cold", "--announce", "5"),
             ],
             "| 30 | NodeNames | cold | 3 |",
-            marks=[
-                pytest.mark.e2e,
-                pytest.mark.skipif(
-                    shutil.which("go") is None or os.environ.get("HEADROOM_E2E") == "0",
-                    reason="needs Go for the e2e control plane (HEADROOM_E2E=0 skips it)",
-                ),
-            ],
+            marks=NEEDS_PLANE,
         ),  # each pod created in that control plane first
         pytest.param(
             "bench/ahead.py",
             ["--nodes", "30", "--pods", "3"],
             "| 1 | off | 3 / 0 |",
-            marks=[
-                pytest.mark.e2e,
-                pytest.mark.skipif(
-                    shutil.which("go") is None or os.environ.get("HEADROOM_E2E") == "0",
-                    reason="needs Go for the e2e control plane (HEADROOM_E2E=0 skips it)",
-                ),
-            ],
+            marks=NEEDS_PLANE,
         ),  # the real kube-scheduler: the passes each setting made
         (
             "bench/coldstart.py",

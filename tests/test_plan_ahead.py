@@ -5,6 +5,7 @@ announcement made from another thread, as the watch makes it."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -41,13 +42,21 @@ def wait_ahead(count: float, timeout: float = 10.0) -> None:
         time.sleep(0.005)
 
 
-@pytest.fixture
-def fleet(tmp_path: Path) -> Iterator[Extender]:
-    """Nodes of several fill levels and prices, so answers differ from node to node."""
-    with running_extender(tmp_path, narrowing=False) as ext:
+@contextlib.contextmanager
+def filled(path: Path, **settings: Any) -> Iterator[Extender]:
+    """A running extender whose nodes report several fill levels and prices, so answers
+    differ from node to node."""
+    path.mkdir(exist_ok=True)
+    with running_extender(path, **settings) as ext:
         for i, name in enumerate(NODES):
             ext.add_node(name, capacity_type=("spot", "on-demand")[i % 3 == 0], seed=i)
             fill(ext, name, i)
+        yield ext
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Iterator[Extender]:
+    with filled(tmp_path, narrowing=False) as ext:
         yield ext
 
 
@@ -77,6 +86,13 @@ def announce(ext: Extender, pod: dict[str, Any]) -> bool:
     return taken[0]
 
 
+def prepared(ext: Extender, pod: dict[str, Any]) -> None:
+    """Announced, and its plan made (on the server's event loop)."""
+    made = passes("ahead")
+    assert announce(ext, pod)
+    wait_ahead(made + 1)
+
+
 def test_an_announced_pod_finds_its_plan_made(fleet: Extender) -> None:
     filtered(fleet, gpu_pod("first", memory="6Gi"), NODES)  # the latest candidate list
     pod = gpu_pod("second", memory="7Gi", uid="uid-second")  # a shape not seen before
@@ -92,17 +108,12 @@ def test_the_prepared_answer_is_the_unannounced_answer(tmp_path: Path) -> None:
     """Two extenders with the same nodes, one told of the pod ahead: the same bytes."""
     replies = []
     for ahead in (True, False):
-        (tmp_path / str(ahead)).mkdir()
-        with running_extender(tmp_path / str(ahead), narrowing=False) as ext:
-            for i, name in enumerate(NODES):
-                ext.add_node(name, seed=i)
-                fill(ext, name, i)
+        with filled(tmp_path / str(ahead), narrowing=False) as ext:
             filtered(ext, gpu_pod("first", memory="5Gi"), NODES)
             pod = gpu_pod("second", gpus=2, memory="9Gi")
-            before, made = passes("cycle"), passes("ahead")
+            before = passes("cycle")
             if ahead:
-                assert announce(ext, pod)
-                wait_ahead(made + 1)
+                prepared(ext, pod)
             r = ext.post("filter", ext.schedule_args(pod, NODES))
             r.raise_for_status()
             assert passes("cycle") == before + (0 if ahead else 1)
@@ -119,17 +130,11 @@ def test_a_list_that_lost_nodes_is_answered_from_the_plan_made_ahead(tmp_path: P
     shorter = [n for i, n in enumerate(NODES) if i % 5 != 2][::-1]  # permuted, too
     replies, cycles = [], []
     for ahead in (True, False):
-        (tmp_path / str(ahead)).mkdir()
-        with running_extender(tmp_path / str(ahead), narrowing=False) as ext:
-            for i, name in enumerate(NODES):
-                ext.add_node(name, seed=i)
-                fill(ext, name, i)
+        with filled(tmp_path / str(ahead), narrowing=False) as ext:
             filtered(ext, gpu_pod("first", memory="5Gi"), NODES)
             pod = gpu_pod("second", memory="10Gi")
             if ahead:
-                made = passes("ahead")
-                assert announce(ext, pod)
-                wait_ahead(made + 1)
+                prepared(ext, pod)
             cycle = passes("cycle")
             for verb in ("filter", "prioritize"):
                 r = ext.post(verb, ext.schedule_args(pod, shorter))
@@ -148,18 +153,12 @@ def test_answers_are_the_filters_own_across_a_workload_mix_publication(tmp_path:
     pods = [gpu_pod(f"p{k}", memory=f"{2048 + 64 * k}Mi", uid=f"uid-p{k}") for k in range(56)]
     replies: dict[bool, list[bytes]] = {}
     for ahead in (True, False):
-        (tmp_path / str(ahead)).mkdir()
-        with running_extender(tmp_path / str(ahead)) as ext:  # scores narrow the filter
-            for i, name in enumerate(NODES):
-                ext.add_node(name, seed=i)
-                fill(ext, name, i)
+        with filled(tmp_path / str(ahead)) as ext:  # scores narrow the filter
             got = replies[ahead] = []
             cycle = passes("cycle")
             for k, pod in enumerate(pods):
                 if ahead and k + 1 < len(pods) and k:
-                    made = passes("ahead")
-                    assert announce(ext, pods[k + 1])
-                    wait_ahead(made + 1)
+                    prepared(ext, pods[k + 1])
                 for verb in ("filter", "prioritize"):  # scores: the mix's F in each
                     r = ext.post(verb, ext.schedule_args(pod, NODES))
                     r.raise_for_status()
