@@ -47,7 +47,7 @@ class Settings(BaseSettings):
     # filter asks for it, for at most plan_ahead shapes waiting at once
     # (extender/scheduling/announced.py); 0 turns it off
     plan_ahead: int = Field(4, ge=0)
-    # a new pod shape's pass over 2,048 nodes or more is shared with a helper thread on a
+    # a new pod shape's pass placing it on 2,048 nodes or more is shared with a helper on a
     # second CPU (extender/scoring/helper.h); never started with one CPU or a CPU limit
     # under 2, and false turns it off anywhere
     scoring_helper: bool = True

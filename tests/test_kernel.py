@@ -223,3 +223,54 @@ def test_the_compiled_blend_is_the_numpy_blend_bit_for_bit(nodes, weights) -> No
     want = blend_reference.blend(raw, fits, prices, *weights)
     assert b.tobytes() == want.tobytes()
     assert best == blend_reference.best(want)
+
+
+def numpy_read(received, price, rows, now, stale_after):
+    """NodeColumns.read as it was written in NumPy before ``kernel.fresh``: the reference."""
+    if not len(received):
+        return rows.copy(), np.full(len(rows), np.nan), np.full(len(rows), np.nan)
+    received_of = received.take(rows)
+    with np.errstate(invalid="ignore"):  # inf - inf: NaN, not fresh
+        dead = ~((now - received_of <= stale_after) & (rows >= 0))
+    live = rows.copy()
+    live[dead] = -1
+    price_of = price.take(rows)
+    price_of[dead] = np.nan
+    received_of[dead] = np.nan
+    return live, price_of, received_of
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([np.nan, 0.0, 70.0, 90.0, 100.0, 100.5, np.inf, -np.inf]),
+            st.sampled_from([np.nan, 0.0, 0.004, 0.011]),
+        ),
+        max_size=30,
+    ),
+    st.data(),
+    st.sampled_from([(100.0, 10.0), (100.0, 30.0), (100.0, 0.0), (np.inf, 5.0)]),
+)
+def test_fresh_is_the_numpy_read_bit_for_bit(columns, data, clock) -> None:
+    """Reports just at the staleness boundary (``now - received == stale_after`` is
+    fresh), from the future, never made (NaN), infinite; candidates without a row (-1),
+    repeated, or none at all; columns no node has reported into yet."""
+    received = np.array([r for r, _ in columns], dtype=float)
+    price = np.array([p for _, p in columns], dtype=float)
+    rows = np.array(
+        data.draw(st.lists(st.integers(-1, len(columns) - 1), max_size=40)), dtype=np.int64
+    )
+    out = (np.empty(len(rows), np.int64), np.empty(len(rows)), np.empty(len(rows)))
+    now, stale_after = clock
+    kernel.fresh(received, price, rows, now, stale_after, out)
+    for got, want in zip(out, numpy_read(received, price, rows, now, stale_after), strict=True):
+        assert got.tobytes() == want.tobytes()
+
+
+def test_fresh_refuses_a_row_past_the_columns() -> None:
+    out = (np.empty(1, np.int64), np.empty(1), np.empty(1))
+    with pytest.raises(IndexError, match="rows: 2"):
+        kernel.fresh(np.zeros(2), np.zeros(2), np.array([2]), 1.0, 1.0, out)
+    with pytest.raises(ValueError, match="live"):
+        kernel.fresh(np.zeros(2), np.zeros(2), np.array([0, 1]), 1.0, 1.0, out)

@@ -13,6 +13,7 @@ import os
 from multiprocessing.connection import Connection
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import pytest
 
@@ -50,7 +51,13 @@ TRIES = 300  # passes until the helper has taken part (it does within a few on t
 
 def fleet(n: int) -> GpuBatch:
     """n nodes: most in states of their own, every fifth one of a few shared states (the
-    pass copies those within each thread), some spot, some short of host CPU."""
+    pass copies those within each thread), some spot, some short of host CPU. A pass is
+    shared from 2,048 placements: ~0.8 n, so from ~2,600 nodes."""
+    return GpuBatch.from_views(views(n), LIM)
+
+
+def views(n: int) -> list[NodeView]:
+    """``fleet``'s nodes."""
     views = []
     for i in range(n):
         used = [0, 0, 0, 0] if i % 5 == 0 else [256 + i, 2048 * (i % 4), (i * 37) % 20_000, 0]
@@ -67,7 +74,7 @@ def fleet(n: int) -> GpuBatch:
                 cpu_requested_milli=15_900 if i % 11 == 0 else 1000,
             )
         )
-    return GpuBatch.from_views(views, LIM)
+    return views
 
 
 DEMANDS = [
@@ -118,11 +125,27 @@ def test_a_shared_pass_gives_the_bits_the_caller_alone_gives(demand: GpuDemand) 
 
 @two_cpus
 def test_a_pass_too_short_to_share_is_the_callers() -> None:
-    b = fleet(2000)  # under the 2,048 rows from which a pass is shared
+    b = fleet(2000)  # under the 2,048 placements from which a pass is shared
     kernel.helped()
     for _ in range(20):
         _scores(b, rows_of(len(b)), DEMANDS[0], LIM, MIX, True, 0.3, 1.0, None)
     assert kernel.helped() == 0
+
+
+@two_cpus
+def test_many_rows_in_few_states_are_a_short_pass() -> None:
+    """6,000 rows in 300 states place the pod 300 times and copy the rest: too little
+    to share (the helper's wake-up cost more than it saved on such fleets); the same
+    rows each in a state of its own are shared."""
+    few = GpuBatch.from_views(
+        [msgspec.structs.replace(v, name=f"m{i}") for i, v in enumerate(views(300) * 20)],
+        LIM,
+    )
+    kernel.helped()
+    for _ in range(20):
+        _scores(few, rows_of(len(few)), DEMANDS[0], LIM, MIX, True, 0.3, 1.0, None)
+    assert kernel.helped() == 0
+    alone_and_shared(fleet(6000), rows_of(6000), DEMANDS[0])  # fails if never shared
 
 
 def _child(conn: Connection) -> None:
@@ -136,7 +159,7 @@ def test_a_forked_child_scores_with_a_helper_of_its_own() -> None:
     """A child forked after the parent's helper started has no helper thread; it starts
     its own, and its shared passes give the same bits (a child that kept the parent's
     state would never be helped, or wait for a thread that does not exist)."""
-    b = fleet(2500)
+    b = fleet(3000)
     alone_and_shared(b, rows_of(len(b)), DEMANDS[0])  # the parent's helper runs
     ctx = multiprocessing.get_context("fork")
     ours, theirs = ctx.Pipe()

@@ -80,9 +80,8 @@ class Cycle:
             lambda pod, _: SCHEDULING.no_fit.labels(pod.namespace).inc()
         ]
         # a pass over every candidate, made "cycle" (in kube-scheduler's wait) or "ahead"
-        self.pass_hooks: list[Callable[[str], None]] = [
-            lambda when: SCHEDULING.passes.labels(when=when).inc()
-        ]
+        passes = {when: SCHEDULING.passes.labels(when=when) for when in ("cycle", "ahead")}
+        self.pass_hooks: list[Callable[[str], None]] = [lambda when: passes[when].inc()]
 
     def filter(self, args: ExtenderArgs) -> tuple[ExtenderFilterResult, list[msgspec.Raw] | None]:
         """Passing set always returned; every failed node gets a reason a person can act

@@ -94,9 +94,10 @@ def greedy_scores(
 
 
 def share_passes(on: bool) -> None:
-    """Whether ``greedy_scores`` may share a pass over 2,048 rows or more with the
-    kernel's helper thread (``helper.h``): the same answers, about 1.7x sooner on two idle
-    CPUs (docs/BENCHMARKS.md, "A second CPU for a new shape's pass")."""
+    """Whether ``greedy_scores`` may share a pass that places the pod on 2,048 rows or
+    more (rows in a state already placed are copies) with the kernel's helper thread
+    (``helper.h``): the same answers, about 1.7x sooner on two idle CPUs
+    (docs/BENCHMARKS.md, "A second CPU for a new shape's pass")."""
     kernel.share(on)
 
 

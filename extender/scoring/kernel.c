@@ -8,15 +8,17 @@ Here it is one pass, a node at a time.
 Compiled ahead of time by pip, not on the request path: nothing to build at start-up, no
 cache directory (issue 28).
 
-A long pass is shared with a helper thread on a second CPU (helper.h, "the pass" below):
-each row is computed by one thread as it would be alone, so the answers are the same.
+A pass that places the pod on many nodes is shared with a helper thread on a second CPU
+(helper.h, "the pass" below): each row is computed by one thread as it would be alone, so the
+answers are the same.
 On nodes of 4 or 8 GPUs the trial placements run in AVX2 lanes where the CPU has them
 (lanes.h): the same operations per slot, so the same bits as `evaluate_n` below.
 
-Two more things a new shape's filter needs over every node live here for the same reason:
-nodes in a state already placed get its answer copied ("equal nodes" below), and the
+Three more things a new shape's filter needs over every node live here for the same
+reason: nodes in a state already placed get its answer copied ("equal nodes" below), the
 blend of the scores with the price term, with the best node found in the same pass
-(`blend`, framework.blend's formula).
+(`blend`, framework.blend's formula), and which candidates have a fresh report, with
+their prices (`fresh`, columns.NodeColumns.read).
 
 The definitions are written in full in fragmentation.py and stranding.py; this file runs
 them. Arithmetic is in the order of the plain-Python oracle (tests/fragmentation_reference
@@ -441,24 +443,39 @@ static double ratio(int64_t part, int64_t whole) {
 /* The state ids of the rows the pass places: each in [0, nodes), so that `first` (one
    entry per possible id) is never read out of bounds. */
 static const int64_t *states_arg(Args *a, PyObject *obj, Py_ssize_t nodes, const int64_t *rows,
-                                 Py_ssize_t count) {
+                                 Py_ssize_t count, Py_ssize_t *distinct) {
     const int64_t *ids = borrow(a, obj, "states", 8, nodes, 0);
     if (!ids) return NULL;
+    char *seen = PyMem_Calloc((size_t)nodes + 1, 1); /* per state id: met among the rows */
+    if (!seen) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    *distinct = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
-        if (rows[i] >= 0 && (ids[rows[i]] < 0 || ids[rows[i]] >= nodes)) {
+        if (rows[i] < 0) continue;
+        int64_t s = ids[rows[i]];
+        if (s < 0 || s >= nodes) {
             PyErr_Format(PyExc_ValueError, "states: row %lld has state %lld, not one of 0..%zd",
-                         (long long)rows[i], (long long)ids[rows[i]], nodes - 1);
+                         (long long)rows[i], (long long)s, nodes - 1);
+            PyMem_Free(seen);
             return NULL;
         }
+        *distinct += !seen[s];
+        seen[s] = 1;
     }
+    PyMem_Free(seen);
     return ids;
 }
 
 /* ---------------------------------------------------------------- the pass */
 
-/* A pass over fewer rows runs on the caller alone: below it the helper's wake-up (30-100 us)
-   ate most of what it saved (bench/kernelpass.py: 1.1x at 1,100 rows back to back, 0.9-1.4x
-   with the other CPU idle in between; 1.2-1.5x and 1.0-1.2x at 2,000). */
+/* A pass placing the pod on fewer nodes runs on the caller alone: below it the helper's
+   wake-up (30-100 us) ate most of what it saved (bench/kernelpass.py: 1.1x at 1,100 distinct
+   nodes back to back, 0.9-1.4x with the other CPU idle in between; 1.2-1.5x and 1.0-1.2x at
+   2,000). Counted in placements, not rows: a row in a state already placed is a copy (a few
+   ns), so 5,000 rows in a few dozen states are a short pass (sharing one cost 50 us more than
+   it saved: docs/BENCHMARKS.md, "A pass shared by its placements"). */
 #define SHARE_ROWS 2048
 #define CHUNK 128       /* rows taken at a time (helper.h) */
 
@@ -605,7 +622,7 @@ PyDoc_STRVAR(scores_doc,
              "placed once); demand: (count, ask, rule, cpu, memory); limits: (margin, idle);\n"
              "options: (by_free, tie, stranding, cand or None: [slot, row] candidates the caller\n"
              "chose, capacity type and host fit not checked again); out: (fits, raw, picks).\n"
-             "Long passes are shared with a helper thread (share()).");
+             "A pass placing the pod on many nodes is shared with a helper thread (share()).");
 
 static PyObject *scores(PyObject *self, PyObject *args) {
     Py_ssize_t g;
@@ -613,6 +630,7 @@ static PyObject *scores(PyObject *self, PyObject *args) {
     PyObject *bt, *rows_o, *states_o, *mt, *pt, *cand_o, *fits_o, *raw_o, *picks_o;
     (void)self;
     Pass p = {0};
+    Py_ssize_t distinct = 0; /* states among the rows (states_arg) */
     if (!PyArg_ParseTuple(args, "nnOOO(LLLLL)(LL)OO(pddO)(OOO)", &g, &p.n, &bt, &rows_o,
                           &states_o, &count, &ask, &rule, &cpu, &mem, &margin, &idle_mib, &mt,
                           &pt, &p.by_free, &p.tie, &p.strand_w, &cand_o, &fits_o, &raw_o,
@@ -627,13 +645,15 @@ static PyObject *scores(PyObject *self, PyObject *args) {
     if (check_sizes(g, p.n) < 0 || count < 0 || batch_args(&a, bt, g, p.n, &p.b) < 0 ||
         !(p.rows = rows_arg(&a, rows_o, p.n, 1, &p.r)) || mix_args(&a, mt, p.r, &p.mix) < 0 ||
         pod_args(&a, pt, &pod) < 0 ||
-        (states_o != Py_None && !(p.states = states_arg(&a, states_o, p.n, p.rows, p.r))) ||
+        (states_o != Py_None &&
+         !(p.states = states_arg(&a, states_o, p.n, p.rows, p.r, &distinct))) ||
         (cand_o != Py_None && !(p.cand = borrow(&a, cand_o, "cand", 1, g * p.r, 0))) ||
         !(p.fits = borrow(&a, fits_o, "fits", 1, p.r, 1)) ||
         !(p.raw = borrow(&a, raw_o, "raw", 8, p.r, 1)) ||
         !(p.picks = borrow(&a, picks_o, "picks", 8, count * p.r, 1)))
         goto done;
-    int ids = p.states && !p.cand && p.r > 1, shared = p.r >= SHARE_ROWS;
+    int ids = p.states && !p.cand && p.r > 1;
+    int shared = (ids ? distinct : p.r) >= SHARE_ROWS; /* the placements this pass makes */
     p.ends = (uint64_t)((p.r + CHUNK - 1) / CHUNK);
     if (worker_init(&sh.workers[0], &p, &pod, ids) < 0 ||
         (shared && worker_init(&sh.workers[1], &p, &pod, ids) < 0))
@@ -830,11 +850,57 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(fresh_doc,
+             "fresh(received, prices, rows, now, stale_after, out)\n\n"
+             "columns.NodeColumns.read into out = (live, prices, received): per row of\n"
+             "`rows` the row itself if the node's report is fresh (now - received <=\n"
+             "stale_after; -1 for a row of -1 or NaN), its $/GiB-h and report time (NaN\n"
+             "unless fresh).");
+
+/* Which candidates are available, and their prices: NodeColumns.read's arithmetic in one
+   loop. In NumPy it was eleven whole-array calls, a tenth of a new pod shape's filter on
+   a fleet of few node states (docs/BENCHMARKS.md, "A pass shared by its placements"). */
+static PyObject *fresh(PyObject *self, PyObject *args) {
+    PyObject *rec_o, *price_o, *rows_o, *live_o, *price_out_o, *rec_out_o;
+    double now, stale_after;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOOdd(OOO)", &rec_o, &price_o, &rows_o, &now, &stale_after,
+                          &live_o, &price_out_o, &rec_out_o))
+        return NULL;
+    Py_ssize_t n = PyObject_Length(rec_o), r = PyObject_Length(rows_o);
+    if (n < 0 || r < 0) return NULL;
+    Args a = {0};
+    const double *rec, *price;
+    const int64_t *rows;
+    int64_t *live;
+    double *price_out, *rec_out;
+    PyObject *result = NULL;
+    if (!(rec = borrow(&a, rec_o, "received", 8, n, 0)) ||
+        !(price = borrow(&a, price_o, "prices", 8, n, 0)) ||
+        !(rows = rows_arg(&a, rows_o, n, 1, &r)) || !(live = borrow(&a, live_o, "live", 8, r, 1)) ||
+        !(price_out = borrow(&a, price_out_o, "prices out", 8, r, 1)) ||
+        !(rec_out = borrow(&a, rec_out_o, "received out", 8, r, 1)))
+        goto done;
+    for (Py_ssize_t i = 0; i < r; i++) {
+        int64_t row = rows[i];
+        double t = row >= 0 ? rec[row] : NAN;
+        int ok = now - t <= stale_after; /* NaN compares false: never reported, or gone */
+        live[i] = ok ? row : -1;
+        price_out[i] = ok ? price[row] : NAN;
+        rec_out[i] = ok ? t : NAN;
+    }
+    result = Py_NewRef(Py_None);
+done:
+    release(&a);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"scores", scores, METH_VARARGS, scores_doc},
     {"value", value, METH_VARARGS, value_doc},
     {"stranding", stranding, METH_VARARGS, stranding_doc},
     {"blend", blend, METH_VARARGS, blend_doc},
+    {"fresh", fresh, METH_VARARGS, fresh_doc},
     {"share", share, METH_O, share_doc},
     {"helped", helped, METH_NOARGS, helped_doc},
     {"helping", helping, METH_NOARGS, helping_doc},

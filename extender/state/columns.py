@@ -19,6 +19,7 @@ from itertools import repeat
 
 import numpy as np
 
+from extender.scoring import kernel
 from extender.scoring.batch import (
     ROW_FIELDS,
     Floats,
@@ -309,16 +310,9 @@ def _in_order(rows: Ints) -> bool:
 def _read(
     received: Floats, price: Floats, rows: Ints, now: float, stale_after: float
 ) -> tuple[Ints, Floats, Floats]:
-    if not len(received):  # no node reported yet: every row is -1
-        return rows.copy(), np.full(len(rows), np.nan), np.full(len(rows), np.nan)
-    received_of = received.take(rows)  # -1 reads the last row: masked as dead below
-    dead = ~((now - received_of <= stale_after) & (rows >= 0))
-    live = rows.copy()
-    live[dead] = -1
-    price_of = price.take(rows)
-    price_of[dead] = np.nan
-    received_of[dead] = np.nan
-    return live, price_of, received_of
+    out = (np.empty(len(rows), np.int64), np.empty(len(rows)), np.empty(len(rows)))
+    kernel.fresh(received, price, rows, now, stale_after, out)  # one loop, not eleven calls
+    return out
 
 
 def _changed(stamp: Ints, rows: Ints, since: int) -> Ints:
