@@ -167,7 +167,7 @@ def test_plans_are_kept_for_a_bounded_number_of_shapes() -> None:
     widest plan, a whole candidate list's arrays, is kept for the latest shapes only."""
     import numpy as np
 
-    from extender.scheduling.plans import Outcome
+    from extender.scheduling.plans import Outcome, Source
 
     def evaluate(names: Sequence[str], rows: object) -> Outcome:
         n = len(names)
@@ -184,10 +184,12 @@ def test_plans_are_kept_for_a_bounded_number_of_shapes() -> None:
     plans = Plans(capacity=4)
     names = [f"n{i}" for i in range(50)]
 
+    src = Source(6.0, 1, lambda plan: np.zeros(0, np.int64), evaluate, 60.0)
+
     def parent(shape: int) -> object:
-        return plans.parent(shape, 6.0, 1, lambda plan: np.zeros(0, np.int64), evaluate, 60.0)
+        return plans.parent(shape, src)
 
     for shape in range(100):
-        plans.plan(names, shape, 6.0, 1, lambda plan: np.zeros(0, np.int64), evaluate, 60.0)
+        plans.plan(names, shape, src)
         assert parent(shape) is not None
     assert len(plans._last) == 4 and parent(0) is None and parent(99) is not None

@@ -24,7 +24,7 @@ from extender.scheduling.asks import Asks
 from extender.scheduling.config import ServiceConfig
 from extender.scheduling.evaluate import Evaluator
 from extender.scheduling.hotshapes import HotShapes
-from extender.scheduling.plans import Evaluate, Plan, Plans
+from extender.scheduling.plans import Plan, Plans, Source
 from extender.scheduling.replies import (
     FilterReply,
     filter_reply,
@@ -161,16 +161,7 @@ class Cycle:
         returns the plans refreshed."""
         now, done = self.clock.now(), 0
         for demand in self.hot.recent(now):
-            shape, evaluate = self._shape(demand, now)
-            parent = self.plans.parent(
-                shape,
-                now,
-                self.inventory.seq,
-                self._changed,
-                evaluate,
-                self.config.stale_after,
-                asked=True,
-            )
+            parent = self.plans.parent(*self._source(demand, now), asked=True)
             if parent is None:  # none, not asked for, or to be rebuilt: the next filter does
                 continue
             reply = self._filter_reply(parent, demand, self.config.decide)
@@ -193,10 +184,7 @@ class Cycle:
         listed (the filter's reply echoed back as prioritize's candidates); else None."""
         if not demand.count:
             return None
-        shape, evaluate = self._shape(demand, now)
-        parent = self.plans.parent(
-            shape, now, self.inventory.seq, self._changed, evaluate, self.config.stale_after
-        )
+        parent = self.plans.parent(*self._source(demand, now))
         reply = parent.replies.filter if parent is not None else None
         if reply is None or reply.result.NodeNames is None:
             return None
@@ -224,28 +212,22 @@ class Cycle:
         if demand.count == 0 and demand.dra_claims:
             outcome = self.evaluator.dra_names(pod, names, now)
             return Plan.of(names, -1, outcome, self.config.stale_after)
-        shape, evaluate = self._shape(demand, now)
         before = self.plans.passes
-        plan = self.plans.plan(
-            names,
-            shape,
-            now,
-            self.inventory.seq,
-            self._changed,
-            evaluate,
-            self.config.stale_after,
-            lambda subset: self.inventory.columns().rows(subset),
-        )
+        plan = self.plans.plan(names, *self._source(demand, now))
         if self.plans.passes != before:
             for hook in self.pass_hooks:
                 hook(why)
         return plan
 
-    def _shape(self, demand: GpuDemand, now: float) -> tuple[Hashable, Evaluate]:
-        """The key plans for this demand are kept under, and how they evaluate nodes."""
-        return (
-            (demand.key, demand.capacity, self.asks.mix.version),
+    def _source(self, demand: GpuDemand, now: float) -> tuple[Hashable, Source]:
+        """The key plans for this demand are kept under, and what they are made from."""
+        return (demand.key, demand.capacity, self.asks.mix.version), Source(
+            now,
+            self.inventory.seq,
+            self._changed,
             lambda subset, rows: self.evaluator.names(subset, rows, demand, now),
+            self.config.stale_after,
+            lambda subset: self.inventory.columns().rows(subset),
         )
 
     def _changed(self, plan: Plan) -> Ints | None:

@@ -59,6 +59,21 @@ Rows = Callable[[Sequence[str]], Ints]
 _NONE = np.zeros(0, dtype=np.int64)
 
 
+@dataclass(frozen=True)
+class Source:
+    """What plans are made and brought up to date from, as of one request: the time,
+    the inventory's change number, which positions of a plan changed since it was made,
+    how nodes are evaluated (for the shape asked about), how long a report stays fresh,
+    and how to find named nodes' rows (None: a plan is never taken from a wider one)."""
+
+    now: float
+    seq: int
+    changed: Changed
+    evaluate: Evaluate
+    stale_after: float
+    rows: Rows | None = None
+
+
 @dataclass
 class Plan:
     names: Sequence[str]
@@ -102,48 +117,28 @@ class Plans:
         # version is part of each), and each of these holds a whole candidate list's arrays
         self._last: OrderedDict[Hashable, Plan] = OrderedDict()
 
-    def plan(
-        self,
-        names: Sequence[str],
-        shape: Hashable,
-        now: float,
-        seq: int,
-        changed: Changed,
-        evaluate: Evaluate,
-        stale_after: float,
-        rows: Rows | None = None,
-    ) -> Plan:
+    def plan(self, names: Sequence[str], shape: Hashable, src: Source) -> Plan:
         """The plan for ``names``: kept and brought up to date, taken from the shape's
-        widest plan when that lists them all (``rows``: how to find their rows), or
-        evaluated afresh."""
+        widest plan when that lists them all, or evaluated afresh."""
         key = (shape, names_key(names))
         plan = self._plans.get(key)
-        if plan is None or not same_names(plan.names, names) or now > plan.fresh_until:
-            plan = self._within(names, shape, now, seq, changed, evaluate, stale_after, rows)
+        if plan is None or not same_names(plan.names, names) or src.now > plan.fresh_until:
+            plan = self._within(names, shape, src)
             if plan is None:
-                plan = self._evaluated(names, shape, seq, evaluate, stale_after)
+                plan = self._evaluated(names, shape, src)
             self._plans[key] = plan
             while len(self._plans) > self._capacity:
                 self._plans.popitem(last=False)
         else:
             self._plans.move_to_end(key)
-            if not self._current(plan, now, seq, changed, evaluate, stale_after):
-                plan = self._plans[key] = self._evaluated(names, shape, seq, evaluate, stale_after)
+            if not self._current(plan, src):
+                plan = self._plans[key] = self._evaluated(names, shape, src)
         parent = self._last.get(shape)
         if parent is not None:
             parent.asked = parent is plan
         return plan
 
-    def parent(
-        self,
-        shape: Hashable,
-        now: float,
-        seq: int,
-        changed: Changed,
-        evaluate: Evaluate,
-        stale_after: float,
-        asked: bool = False,
-    ) -> Plan | None:
+    def parent(self, shape: Hashable, src: Source, asked: bool = False) -> Plan | None:
         """The shape's widest plan, brought up to date (``hotshapes``: refreshed after a
         report or a bind, off the cycle); None if there is none or it must be rebuilt.
 
@@ -155,22 +150,12 @@ class Plans:
         parent = self._last.get(shape)
         if parent is None or (asked and not parent.asked):
             return None
-        if not self._current(parent, now, seq, changed, evaluate, stale_after):
+        if not self._current(parent, src):
             return None
         self._last.move_to_end(shape)
         return parent
 
-    def _within(
-        self,
-        names: Sequence[str],
-        shape: Hashable,
-        now: float,
-        seq: int,
-        changed: Changed,
-        evaluate: Evaluate,
-        stale_after: float,
-        rows: Rows | None,
-    ) -> Plan | None:
+    def _within(self, names: Sequence[str], shape: Hashable, src: Source) -> Plan | None:
         """A shorter list whose nodes the shape's widest plan all lists, that plan
         brought up to date, as a plan of its own with no pass: kube-scheduler's list once
         a node has filled up (its GPUs counted as requested), the plan made ahead for
@@ -178,11 +163,11 @@ class Plans:
         alone; the list as a whole matters only to the replies, made afresh from it.
         None when there is no such plan."""
         parent = self._last.get(shape)
-        if rows is None or parent is None or len(names) >= len(parent.names):
+        if src.rows is None or parent is None or len(names) >= len(parent.names):
             return None
-        if not self._current(parent, now, seq, changed, evaluate, stale_after):
+        if not self._current(parent, src):
             return None
-        at = rows(names)
+        at = src.rows(names)
         if not at.size or int(at.min()) < 0:
             return None
         where = np.full(max(int(at.max()), int(parent.rows.max())) + 1, -1, np.int64)
@@ -209,16 +194,9 @@ class Plans:
             layout=parent.layout,
         )
 
-    def _evaluated(
-        self,
-        names: Sequence[str],
-        shape: Hashable,
-        seq: int,
-        evaluate: Evaluate,
-        stale_after: float,
-    ) -> Plan:
+    def _evaluated(self, names: Sequence[str], shape: Hashable, src: Source) -> Plan:
         """A plan evaluated afresh; the widest becomes the shape's parent."""
-        plan = Plan.of(names, seq, evaluate(names, None), stale_after)
+        plan = Plan.of(names, src.seq, src.evaluate(names, None), src.stale_after)
         self.passes += 1
         if len(names) >= len(self._last.get(shape, plan).names):
             self._last[shape] = plan
@@ -228,23 +206,16 @@ class Plans:
         return plan
 
     @staticmethod
-    def _current(
-        plan: Plan,
-        now: float,
-        seq: int,
-        changed: Changed,
-        evaluate: Evaluate,
-        stale_after: float,
-    ) -> bool:
+    def _current(plan: Plan, src: Source) -> bool:
         """Brings the plan up to date; False if it cannot be (it must be rebuilt)."""
-        if now > plan.fresh_until:
+        if src.now > plan.fresh_until:
             return False
         # nothing written since (every write, a node's arrival or departure too, takes a
         # new change number): no pass over the stamps
-        redo = _NONE if plan.seq == seq else changed(plan)
+        redo = _NONE if plan.seq == src.seq else src.changed(plan)
         if redo is None:  # nodes came or went: its rows are void
             return False
-        _patch(plan, redo, seq, evaluate, stale_after)
+        _patch(plan, redo, src)
         return True
 
 
@@ -255,13 +226,13 @@ def _received(received: Floats) -> tuple[float, Ints]:
     return float(np.fmin.reduce(received, initial=np.inf)), np.flatnonzero(down)
 
 
-def _patch(plan: Plan, changed: Ints, seq: int, evaluate: Evaluate, stale_after: float) -> None:
+def _patch(plan: Plan, changed: Ints, src: Source) -> None:
     """Re-evaluates the changed positions (ascending) and every unavailable one."""
-    plan.seq = seq
+    plan.seq = src.seq
     redo = np.union1d(changed, plan.unavailable) if plan.unavailable.size else changed
     if not redo.size:
         return
-    new = evaluate(picked(plan.names, redo.tolist()), plan.rows[redo])
+    new = src.evaluate(picked(plan.names, redo.tolist()), plan.rows[redo])
     differs, earliest, failing, down = _merge(
         plan.fits, plan.raw, plan.price, redo, new.fits, new.raw, new.price, new.received
     )
@@ -276,7 +247,7 @@ def _patch(plan: Plan, changed: Ints, seq: int, evaluate: Evaluate, stale_after:
     if differs:
         plan.replies.clear()
     plan.unavailable = down  # every one unavailable before is in redo
-    plan.fresh_until = min(plan.fresh_until, earliest + stale_after)
+    plan.fresh_until = min(plan.fresh_until, earliest + src.stale_after)
 
 
 def _merge(
