@@ -9,6 +9,7 @@ read out of bounds (a crash would take the scheduler's extender down with it).""
 from __future__ import annotations
 
 import dataclasses
+import struct
 
 import msgspec
 import numpy as np
@@ -225,6 +226,10 @@ def test_the_compiled_blend_is_the_numpy_blend_bit_for_bit(nodes, weights) -> No
     assert best == blend_reference.best(want)
 
 
+# a NaN whose bits NumPy's own NaN does not have: a price column's bits go through as they are
+SIGNALLING_NAN = struct.unpack("<d", struct.pack("<Q", 0x7FF4000000000001))[0]
+
+
 def numpy_read(received, price, rows, now, stale_after):
     """NodeColumns.read as it was written in NumPy before ``kernel.fresh``: the reference."""
     if not len(received):
@@ -244,18 +249,19 @@ def numpy_read(received, price, rows, now, stale_after):
 @given(
     st.lists(
         st.tuples(
-            st.sampled_from([np.nan, 0.0, 70.0, 90.0, 100.0, 100.5, np.inf, -np.inf]),
-            st.sampled_from([np.nan, 0.0, 0.004, 0.011]),
+            st.sampled_from([np.nan, 0.0, -0.0, 70.0, 90.0, 100.0, 100.5, np.inf, -np.inf]),
+            st.sampled_from([np.nan, -np.nan, SIGNALLING_NAN, 0.0, -0.0, 0.004, 0.011]),
         ),
         max_size=30,
     ),
     st.data(),
-    st.sampled_from([(100.0, 10.0), (100.0, 30.0), (100.0, 0.0), (np.inf, 5.0)]),
+    st.sampled_from([(100.0, 10.0), (100.0, 30.0), (100.0, 0.0), (np.inf, 5.0), (100.0, np.nan)]),
 )
 def test_fresh_is_the_numpy_read_bit_for_bit(columns, data, clock) -> None:
     """Reports just at the staleness boundary (``now - received == stale_after`` is
-    fresh), from the future, never made (NaN), infinite; candidates without a row (-1),
-    repeated, or none at all; columns no node has reported into yet."""
+    fresh), from the future, never made (NaN), infinite, at -0.0; prices of any NaN bits
+    or -0.0; candidates without a row (-1), repeated, or none at all; columns no node has
+    reported into yet; a NaN staleness window (nothing is fresh)."""
     received = np.array([r for r, _ in columns], dtype=float)
     price = np.array([p for _, p in columns], dtype=float)
     rows = np.array(

@@ -132,6 +132,28 @@ def test_a_pass_too_short_to_share_is_the_callers() -> None:
     assert kernel.helped() == 0
 
 
+def distinct(n: int) -> list[NodeView]:
+    """n nodes, each in a state of its own (one GPU's usage tells them apart)."""
+    return [
+        NodeView(f"d{i}", (GpuView(f"d{i}-0", 0, "A10G", 24_576, 256 + i),), "on-demand")
+        for i in range(n)
+    ]
+
+
+@two_cpus
+def test_a_pass_is_shared_from_2048_placements() -> None:
+    """2,048 rows in 2,048 states are shared; 2,048 rows in 2,047 (two nodes alike) are
+    not: the threshold counts placements, and counts them exactly."""
+    at = GpuBatch.from_views(distinct(2048), LIM)
+    alone_and_shared(at, np.arange(2048, dtype=np.int64), DEMANDS[0])
+    under = distinct(2047)
+    below = GpuBatch.from_views([*under, msgspec.structs.replace(under[0], name="twin")], LIM)
+    kernel.helped()
+    for _ in range(20):
+        _scores(below, np.arange(2048, dtype=np.int64), DEMANDS[0], LIM, MIX, True, 0.3, 1.0, None)
+    assert kernel.helped() == 0
+
+
 @two_cpus
 def test_many_rows_in_few_states_are_a_short_pass() -> None:
     """6,000 rows in 300 states place the pod 300 times and copy the rest: too little

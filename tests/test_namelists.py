@@ -227,6 +227,7 @@ def test_the_filters_passing_list_comes_back_without_a_read(
     assert isinstance(candidates, NameList)
     passing = candidates.part(np.array([3, 1]))
     assert passing == ["n-d", "n-b"]
+    assert passing._index is candidates._index  # a NameList's own slot: copied with the rest
     assert msgspec.json.decode(encoder.encode(ExtenderFilterResult(NodeNames=passing))) == {
         "NodeNames": ["n-d", "n-b"],
         "FailedNodes": {},

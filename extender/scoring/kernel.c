@@ -442,16 +442,17 @@ static double ratio(int64_t part, int64_t whole) {
 
 /* The state ids of the rows the pass places: each in [0, nodes), so that `first` (one
    entry per possible id) is never read out of bounds. */
+/* Each node's state id, checked for the rows a pass reads; `distinct` (NULL: not wanted)
+   gets how many different states they are in (the placements the pass makes). */
 static const int64_t *states_arg(Args *a, PyObject *obj, Py_ssize_t nodes, const int64_t *rows,
                                  Py_ssize_t count, Py_ssize_t *distinct) {
     const int64_t *ids = borrow(a, obj, "states", 8, nodes, 0);
     if (!ids) return NULL;
-    char *seen = PyMem_Calloc((size_t)nodes + 1, 1); /* per state id: met among the rows */
-    if (!seen) {
+    char *seen = NULL; /* per state id: met among the rows */
+    if (distinct && !(seen = PyMem_Calloc((size_t)nodes + 1, 1))) {
         PyErr_NoMemory();
         return NULL;
     }
-    *distinct = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
         if (rows[i] < 0) continue;
         int64_t s = ids[rows[i]];
@@ -461,8 +462,10 @@ static const int64_t *states_arg(Args *a, PyObject *obj, Py_ssize_t nodes, const
             PyMem_Free(seen);
             return NULL;
         }
-        *distinct += !seen[s];
-        seen[s] = 1;
+        if (seen && !seen[s]) {
+            seen[s] = 1;
+            (*distinct)++;
+        }
     }
     PyMem_Free(seen);
     return ids;
@@ -646,7 +649,8 @@ static PyObject *scores(PyObject *self, PyObject *args) {
         !(p.rows = rows_arg(&a, rows_o, p.n, 1, &p.r)) || mix_args(&a, mt, p.r, &p.mix) < 0 ||
         pod_args(&a, pt, &pod) < 0 ||
         (states_o != Py_None &&
-         !(p.states = states_arg(&a, states_o, p.n, p.rows, p.r, &distinct))) ||
+         !(p.states = states_arg(&a, states_o, p.n, p.rows, p.r,
+                                 cand_o == Py_None && p.r > 1 ? &distinct : NULL))) ||
         (cand_o != Py_None && !(p.cand = borrow(&a, cand_o, "cand", 1, g * p.r, 0))) ||
         !(p.fits = borrow(&a, fits_o, "fits", 1, p.r, 1)) ||
         !(p.raw = borrow(&a, raw_o, "raw", 8, p.r, 1)) ||
