@@ -8,11 +8,11 @@ Here it is one pass, a node at a time.
 Compiled ahead of time by pip, not on the request path: nothing to build at start-up, no
 cache directory (issue 28).
 
-A pass that places the pod on many nodes is shared with a helper thread on a second CPU
-(helper.h, "the pass" below): each row is computed by one thread as it would be alone, so the
-answers are the same.
-On nodes of 4 or 8 GPUs the trial placements run in AVX2 lanes where the CPU has them
-(lanes.h): the same operations per slot, so the same bits as `evaluate_n` below.
+A pass that places the pod on many nodes is shared with a helper thread on a second
+CPU (helper.h, "the pass" below): each row is computed by one thread as it would be
+alone, so the answers are the same. On nodes of 4 or 8 GPUs the trial placements run in
+AVX2 lanes where the CPU has them (lanes.h): the same operations per slot, so the same
+bits as `evaluate_n` below.
 
 Three more things a new shape's filter needs over every node live here for the same
 reason: nodes in a state already placed get its answer copied ("equal nodes" below), the
@@ -440,10 +440,9 @@ static double ratio(int64_t part, int64_t whole) {
    Why ids and not a hash of the row per request: the hash read every slot and column of
    every row, most of the pass on a fleet of a few states; an id is one read. */
 
-/* The state ids of the rows the pass places: each in [0, nodes), so that `first` (one
-   entry per possible id) is never read out of bounds. */
-/* Each node's state id, checked for the rows a pass reads; `distinct` (NULL: not wanted)
-   gets how many different states they are in (the placements the pass makes). */
+/* The state ids of the rows the pass places: each checked to be in [0, nodes), so that
+   `first` (one entry per possible id) is never read out of bounds. `distinct` (NULL: not
+   wanted) gets how many different states they are in: the placements the pass makes. */
 static const int64_t *states_arg(Args *a, PyObject *obj, Py_ssize_t nodes, const int64_t *rows,
                                  Py_ssize_t count, Py_ssize_t *distinct) {
     const int64_t *ids = borrow(a, obj, "states", 8, nodes, 0);
@@ -479,7 +478,7 @@ static const int64_t *states_arg(Args *a, PyObject *obj, Py_ssize_t nodes, const
    2,000). Counted in placements, not rows: a row in a state already placed is a copy (a few
    ns), so 5,000 rows in a few dozen states are a short pass (sharing one cost 50 us more than
    it saved: docs/BENCHMARKS.md, "A pass shared by its placements"). */
-#define SHARE_ROWS 2048
+#define SHARE_PLACEMENTS 2048
 #define CHUNK 128       /* rows taken at a time (helper.h) */
 
 /* One `scores` pass: its inputs, read-only while it runs, its outputs (each row written
@@ -657,7 +656,7 @@ static PyObject *scores(PyObject *self, PyObject *args) {
         !(p.picks = borrow(&a, picks_o, "picks", 8, count * p.r, 1)))
         goto done;
     int ids = p.states && !p.cand && p.r > 1;
-    int shared = (ids ? distinct : p.r) >= SHARE_ROWS; /* the placements this pass makes */
+    int shared = (ids ? distinct : p.r) >= SHARE_PLACEMENTS; /* rows without state ids */
     p.ends = (uint64_t)((p.r + CHUNK - 1) / CHUNK);
     if (worker_init(&sh.workers[0], &p, &pod, ids) < 0 ||
         (shared && worker_init(&sh.workers[1], &p, &pod, ids) < 0))
