@@ -1,4 +1,4 @@
-"""The scoring kernel's long passes shared with a helper thread (``kernel.c``'s
+"""The scoring kernel's long passes shared with a helper thread (``pass.h``'s
 ``score_chunks``, ``helper.h``): the answers are the very bits the caller alone computes,
 whichever thread took which rows, and a forked child gets a helper of its own.
 

@@ -1,5 +1,5 @@
 """The trial placements of 4- and 8-GPU nodes in AVX2 lanes (``lanes.h``) give the very
-bits of the scalar loop (``kernel.c``'s ``evaluate_n``), which stays the definition and
+bits of the scalar loop (``node.h``'s ``evaluate_n``), which stays the definition and
 runs where the CPU has no AVX2.
 
 The reference tests (tests/test_batch_scoring.py, tests/test_kernel.py) run with the

@@ -2,7 +2,7 @@
 
 Every path the map names exists; every package under ``extender/`` and ``drivers/`` and
 every module at the top of ``extender/`` is named by the map; no module is over the
-400 lines a reader can hold.
+400 lines a reader can hold, the compiled ones' C files included.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_LINES = 400
+SOURCES = ("*.py", "*.c", "*.h")  # the scoring kernel and the codec's list reader are C
 
 
 def layout_paths() -> set[str]:
@@ -60,7 +61,8 @@ def test_no_module_is_over_the_limit() -> None:
     long = {
         p.relative_to(ROOT).as_posix(): n
         for top in ("extender", "drivers")
-        for p in (ROOT / top).rglob("*.py")
+        for pattern in SOURCES
+        for p in (ROOT / top).rglob(pattern)
         if (n := len(p.read_text().splitlines())) > MAX_LINES
     }
     assert not long, f"modules over {MAX_LINES} lines: {long}"

@@ -81,7 +81,7 @@ class GpuBatch:
         return int(g), int(n)
 
     def kernel_args(self) -> tuple[np.ndarray, ...]:
-        """The arrays ``kernel.c`` reads (its ``Batch``), in its order, C-contiguous (no
+        """The arrays ``kernel.c`` reads (its ``Batch``, ``args.h``), in its order, C-contiguous (no
         copy where they already are, as the inventory's columns are)."""
         return tuple(contiguous(getattr(self, f)) for f in _FIELDS[:11])
 

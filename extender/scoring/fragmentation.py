@@ -236,7 +236,7 @@ def _plain(mix: Mix) -> _Plain:
 
 
 def _mix_args(b: GpuBatch, at: Ints, plain: _Plain) -> tuple:
-    """``kernel.c``'s ``Mix``: the plain shapes and their weights on each row."""
+    """The kernel's ``Mix`` (``args.h``): the plain shapes and their weights on each row."""
     weights = _weights(b, at, plain)
     p = plain
     return (len(p.counts), weights.shape[1], p.counts, p.mems, p.cpus, p.host_mibs, weights)

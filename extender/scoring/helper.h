@@ -1,4 +1,4 @@
-/* A second thread for kernel.c's pass over the nodes (included by kernel.c only).
+/* A second thread for kernel.c's pass over the nodes (included by pass.h only).
 
 Why: a new pod shape on a fleet whose nodes all differ is placed on every node, about
 145 ns a node: 0.72 ms of the filter at 5,000 nodes, the one case still above issue 28's
@@ -8,7 +8,7 @@ the extender is built (kernel.share) or on first use, and then kept: it sleeps b
 passes.
 
 How the work is split: the caller and the helper take chunks of rows, one from each
-end, until they meet (kernel.c's score_chunks: which end by the CPU each runs on, so
+end, until they meet (pass.h's score_chunks: which end by the CPU each runs on, so
 each CPU's cache keeps the rows it read in the last pass). A helper that wakes late
 (30-100 us here), or never gets a CPU, costs nothing but its wake-up: the caller takes
 the chunks it did not. Once the helper has taken a chunk the caller waits for it to

@@ -1,6 +1,6 @@
 """Types of the compiled ``kernel`` module (``kernel.c``): the FGD policies' pass over many
 nodes. Arrays are NumPy arrays, C-contiguous, of the dtypes ``fragmentation.py`` builds;
-the tuples are ``kernel.c``'s ``Batch``, ``Mix`` and ``PerPod``."""
+the tuples are ``Batch``, ``Mix`` and ``PerPod`` of ``args.h``."""
 
 from typing import Any
 

@@ -1,5 +1,5 @@
-/* kernel.c's `evaluate` for nodes of 4 or 8 GPUs, their slots side by side in the four
-   lanes of 256-bit vectors (AVX2), included by kernel.c after `Node` and `Mix`.
+/* node.h's `evaluate` for nodes of 4 or 8 GPUs, their slots side by side in the four
+   lanes of 256-bit vectors (AVX2), included by node.h after `Node` (and args.h's `Mix`).
 
 Why: the trial evaluation is half of a new pod shape's pass over the nodes (the pass is
 most of that filter's cost on a fleet where every node differs, issue 28), and per shape

@@ -2,7 +2,7 @@
 them get one id, so a new pod shape is placed once per state, not once per node.
 
 A fleet holds many nodes in one state: every empty node of an instance type, every full
-one, nodes running the same replicas. The kernel (``kernel.c``, "equal nodes") copies the
+one, nodes running the same replicas. The kernel (``pass.h``, "equal nodes") copies the
 answer of the first row in a state to the others. Why ids kept where rows are written,
 not a hash of each row per request: the hash read every slot and column of every row on
 every request, which on a fleet of a few states was most of the pass (docs/BENCHMARKS.md,

@@ -44,10 +44,10 @@ MixKey = tuple[tuple[ShapeLike, float], ...]
 
 @functools.lru_cache(maxsize=16)  # the mix changes rarely; its arrays are never written
 def per_pod_args(mix: MixKey) -> tuple:
-    """The mix's mean pod as ``kernel.c``'s ``PerPod``: its GPU asks (one per plain shape:
-    share, GPU count, MiB per GPU or WHOLE; summed per node there, as ``g(n)`` needs the
-    node's GPU size) and its mean CPU and host memory. MIG shapes ask fixed partitions,
-    not memory, and are left out."""
+    """The mix's mean pod as the kernel's ``PerPod`` (``args.h``): its GPU asks (one per
+    plain shape: share, GPU count, MiB per GPU or WHOLE; summed per node there, as
+    ``g(n)`` needs the node's GPU size) and its mean CPU and host memory. MIG shapes ask
+    fixed partitions, not memory, and are left out."""
     shapes = [(Shape(*shape), share) for shape, share in mix]
     plain = [(s, share) for s, share in shapes if not s.mig_profile]
     cpu = host = 0.0
