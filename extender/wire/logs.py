@@ -41,8 +41,24 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str)
 
 
+class _Stderr(logging.StreamHandler):
+    """Writes to ``sys.stderr`` as it is when a record is written, not as it was at setup.
+    A process's stderr does not change, but a CLI run in-process (the tests call
+    ``main()``) sets up logging under one test's captured stderr, which is closed when
+    that test ends: every later record, from a watch thread of another test, failed with
+    "I/O operation on closed file" and a traceback in CI's output."""
+
+    @property
+    def stream(self) -> object:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _: object) -> None:
+        """StreamHandler's own assignments are ignored: the stream is read per record."""
+
+
 def setup_logging(level: str | int = "info") -> None:
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _Stderr()
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
