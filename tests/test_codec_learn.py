@@ -8,6 +8,7 @@ import random
 from pathlib import Path
 
 import msgspec
+import numpy as np
 import pytest
 
 from extender.codec.namebytes import Fingerprint, NameIndex
@@ -70,28 +71,59 @@ def test_a_list_read_into_ids_has_the_fingerprint_of_its_bytes() -> None:
     assert index.fingerprint_of(read[0][:-1]) != index.fingerprint(go)
 
 
-def test_the_first_list_is_not_hashed_and_its_permutations_are_still_known(
+def test_the_first_list_is_not_fingerprinted_and_its_permutations_are_still_known(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """With no list kept, a list's bytes are not fingerprinted (it is read into ids
-    anyway); a permutation of it is still known as it, by the fingerprint its ids gave."""
+    """With no list kept, reading a list fingerprints nothing: not its bytes (it is read
+    into ids anyway), nor its ids, whose hashes are cold in memory in the first filter
+    after a start. A list of other bytes makes the first's fingerprint from its ids, and
+    a permutation of it is still known as it; its bytes again need nothing."""
     index = NameIndex()
     dec = ArgsDecoder(index=index)
     names = [f"node-{i:05d}" for i in range(500)]
     for name in names:
         index.learn(name)
     hashed: list[bytes] = []
-    real = index.fingerprint
+    summed: list[int] = []
+    real, real_of = index.fingerprint, index.fingerprint_of
 
     def fingerprint(data: bytes) -> Fingerprint | None:
         hashed.append(data)
         return real(data)
 
+    def fingerprint_of(ids: np.ndarray) -> Fingerprint:
+        summed.append(len(ids))
+        return real_of(ids)
+
     monkeypatch.setattr(index, "fingerprint", fingerprint)
-    first = dec.names(msgspec.json.encode(names))
-    assert first is not None and list(first) == names and not hashed
+    monkeypatch.setattr(index, "fingerprint_of", fingerprint_of)
+    body = msgspec.json.encode(names)
+    first = dec.names(body)
+    assert first is not None and list(first) == names and not hashed and not summed
+    assert dec.names(body) is first and not hashed and not summed
     shuffled = random.Random(3).sample(names, len(names))
-    assert dec.names(msgspec.json.encode(shuffled)) is first and len(hashed) == 1
+    assert dec.names(msgspec.json.encode(shuffled)) is first
+    assert len(hashed) == 1 and summed == [500]
+    other = dec.names(msgspec.json.encode(names[:-1]))
+    assert other is not None and other is not first and list(other) == names[:-1]
+    assert len(hashed) == 2 and summed == [500]  # the first is fingerprinted once
+
+
+def test_a_first_list_gone_before_another_comes_is_not_fingerprinted() -> None:
+    """The first list's fingerprint waits for a list of other bytes; if the index
+    started over meanwhile its ids are void (past the new index's end, here), and it is
+    not made from them."""
+    index = NameIndex()
+    dec = ArgsDecoder(index=index)
+    names = [f"node-{i:05d}" for i in range(2000)]
+    for name in names:
+        index.learn(name)
+    first = dec.names(msgspec.json.encode(names))
+    assert first is not None and first.ids is not None
+    index.clear()  # a new token: ids read before mean nothing now
+    shuffled = random.Random(5).sample(names, len(names))
+    again = dec.names(msgspec.json.encode(shuffled))
+    assert again is not None and again is not first and list(again) == shuffled
 
 
 def _view(name: str) -> NodeView:

@@ -13,6 +13,7 @@ import pytest
 from prometheus_client import generate_latest
 
 import extender.http.warmup as warmup
+import extender.state.columns as columns
 from extender.ledger.metrics import REGISTRY
 from extender.scheduling.service import SchedulingService
 from tests.support import Extender, gpu_pod, running_extender
@@ -100,3 +101,24 @@ def test_a_failing_warm_up_is_logged_and_start_up_goes_on(
         asyncio.run(warmup.warm_up(ext.built.app, ext.built.service))
         assert "warm-up failed" in caplog.text
         assert ext.post("filter", ext.schedule_args(gpu_pod("p"), [])).status_code == 200
+
+
+def test_the_warm_up_reads_its_list_through_the_row_order_paths(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fleet's agents report in no particular order, so the first real list's rows are
+    not in list order: it is read in row order and its answers put back
+    (``columns._ascending``, ``framework.evaluate_rows``' ``order``). The warm-up's
+    nodes report so too, so the first filter finds that path run once already."""
+    orders: list[object] = []
+    real = columns._ascending
+
+    def ascending(rows: Any) -> Any:
+        order = real(rows)
+        orders.append(order)
+        return order
+
+    monkeypatch.setattr(columns, "_ascending", ascending)
+    with running_extender(tmp_path) as ext:
+        asyncio.run(warmup.warm_up(ext.built.app, ext.built.service, nodes=300))
+    assert any(order is not None for order in orders)

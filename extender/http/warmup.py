@@ -16,8 +16,9 @@ plans, codec, ledger, metrics; ``tests/test_warmup.py`` checks):
    refused with a 400 before anything is decoded;
 2. a scratch app (``create_app`` over a scratch ``SchedulingService``: the same policy,
    config and clock, an empty inventory pricing alike, the ledger object never written)
-   learns ``NODES`` synthetic nodes as reports teach them and answers a filter and a
-   prioritize of the shape kube-scheduler sends; then it is dropped;
+   learns ``NODES`` synthetic nodes as reports teach them (in another order than its
+   list names them, as a fleet's agents report) and answers a filter and a prioritize
+   of the shape kube-scheduler sends; then it is dropped;
 3. the heap grown once to a large request's working set (``HEAP_BYTES``), every page
    written: with the trim threshold ``tune_runtime`` sets the pages stay, and the first
    5,000-node filter's temporaries take them instead of faulting in fresh ones.
@@ -97,9 +98,11 @@ async def _scratch(service: SchedulingService, nodes: int) -> None:
         app = create_app(scratch)
         names = [f"headroom-warm-up-{i:05d}" for i in range(nodes)]
         now = service.clock.now()
-        for i, name in enumerate(names):
-            scratch.inventory.apply_report(_report(name, i, now), now)
-            app.state.learn(name)
+        # reported in another order than the list's, as a fleet's agents are: its rows are
+        # read through the paths that put them in row order and back, as a real list's are
+        for i in reversed(range(nodes)):
+            scratch.inventory.apply_report(_report(names[i], i, now), now)
+            app.state.learn(names[i])
         args = {"Pod": POD, "Nodes": None, "NodeNames": names}
         status, reply = await call(app, "/filter", msgspec.json.encode(args))
         passed = msgspec.json.decode(reply).get("NodeNames") if status == 200 else None
