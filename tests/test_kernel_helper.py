@@ -110,6 +110,14 @@ def alone_and_shared(b: GpuBatch, rows: np.ndarray, demand: GpuDemand) -> tuple[
     pytest.fail(f"the helper took no row in {TRIES} passes on {os.sched_getaffinity(0)}")
 
 
+def rows_helped(b: GpuBatch, rows: np.ndarray, passes: int = 20) -> int:
+    """Rows the helper scored in ``passes`` passes over ``rows`` (0: never shared)."""
+    kernel.helped()
+    for _ in range(passes):
+        _scores(b, rows, DEMANDS[0], LIM, MIX, True, 0.3, 1.0, None)
+    return kernel.helped()
+
+
 def same_bits(a: tuple, b: tuple) -> bool:
     return all(x.tobytes() == y.tobytes() for x, y in zip(a, b, strict=True))
 
@@ -126,10 +134,7 @@ def test_a_shared_pass_gives_the_bits_the_caller_alone_gives(demand: GpuDemand) 
 @two_cpus
 def test_a_pass_too_short_to_share_is_the_callers() -> None:
     b = fleet(2000)  # under the 2,048 placements from which a pass is shared
-    kernel.helped()
-    for _ in range(20):
-        _scores(b, rows_of(len(b)), DEMANDS[0], LIM, MIX, True, 0.3, 1.0, None)
-    assert kernel.helped() == 0
+    assert rows_helped(b, rows_of(len(b))) == 0
 
 
 def distinct(n: int) -> list[NodeView]:
@@ -148,10 +153,7 @@ def test_a_pass_is_shared_from_2048_placements() -> None:
     alone_and_shared(at, np.arange(2048, dtype=np.int64), DEMANDS[0])
     under = distinct(2047)
     below = GpuBatch.from_views([*under, msgspec.structs.replace(under[0], name="twin")], LIM)
-    kernel.helped()
-    for _ in range(20):
-        _scores(below, np.arange(2048, dtype=np.int64), DEMANDS[0], LIM, MIX, True, 0.3, 1.0, None)
-    assert kernel.helped() == 0
+    assert rows_helped(below, np.arange(2048, dtype=np.int64)) == 0
 
 
 @two_cpus
@@ -163,10 +165,7 @@ def test_many_rows_in_few_states_are_a_short_pass() -> None:
         [msgspec.structs.replace(v, name=f"m{i}") for i, v in enumerate(views(300) * 20)],
         LIM,
     )
-    kernel.helped()
-    for _ in range(20):
-        _scores(few, rows_of(len(few)), DEMANDS[0], LIM, MIX, True, 0.3, 1.0, None)
-    assert kernel.helped() == 0
+    assert rows_helped(few, rows_of(len(few))) == 0
     alone_and_shared(fleet(6000), rows_of(6000), DEMANDS[0])  # fails if never shared
 
 

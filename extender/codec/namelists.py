@@ -221,7 +221,8 @@ class ArgsDecoder:
         start), there is none it could be: its bytes are not hashed, it is read into ids,
         and it is fingerprinted from the hashes its names got when they were added only
         once a list of other bytes comes (``_print_first``), not inside the first filter
-        after a start, where those hashes are cold in memory (0.15-0.33 ms at 5,000)."""
+        after a start, where those hashes are cold in memory (docs/BENCHMARKS.md, "Cold
+        start")."""
         key = _key(data)
         seen = self._lists.get(key)
         if seen is not None and seen[0] == data:

@@ -56,7 +56,7 @@ class Candidates(Sequence[str]):
 
     def __copy__(self) -> Self:
         """A shallow copy made slot by slot: ``copy.copy``'s own way (the pickle reduce
-        protocol) took 4x as long, in every filter (``part``)."""
+        protocol) is several times slower, and ``part`` copies once in every filter."""
         new = object.__new__(type(self))
         for name in _slots(type(self)):
             setattr(new, name, getattr(self, name))
